@@ -1,0 +1,48 @@
+"""aioloader: a deterministic, resumable data loader for JAX on asyncio and threads.
+
+The pipeline, one private module per stage (see DESIGN.md and README.md):
+
+    _sampler          IndexSampler / SequentialSampler: output position -> record key
+    _planner          chunks of sampler indices, sized to about a millisecond of work
+    _program          what a worker does with a chunk: read (_records), operations (_apply),
+                      batching (_batching)
+    _thread_executor  N worker threads, each with its own copy of the operations
+    _reassembly       results back in sampler order, within a bounded window (_window)
+    _tail             batch boundaries after a filter or flat-map, cut in order
+    _pipeline         the stages above, assembled on one event loop
+    _loop_thread      the event loop thread behind `for batch in loader`
+    _iterators        the sync and async iterators and their checkpoint state (_state)
+
+This file is the public API: everything a user imports comes from here.
+"""
+
+from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._loader import DataLoader
+from aioloader._metadata import RecordMetadata
+from aioloader._operations import Batch, FilterTransform, FlatMapTransform, MapTransform, RandomMapTransform
+from aioloader._options import ReadOptions
+from aioloader._sampler import IndexSampler, SequentialSampler
+from aioloader._sharding import NoSharding, ShardByJaxProcess, ShardOptions
+from aioloader._sources import AsyncDataSource, InMemoryDataSource, RandomAccessDataSource, RangeDataSource
+
+__all__ = [
+    "AsyncDataLoaderIterator",
+    "AsyncDataSource",
+    "Batch",
+    "DataLoader",
+    "DataLoaderIterator",
+    "FilterTransform",
+    "FlatMapTransform",
+    "InMemoryDataSource",
+    "IndexSampler",
+    "MapTransform",
+    "NoSharding",
+    "RandomAccessDataSource",
+    "RandomMapTransform",
+    "RangeDataSource",
+    "ReadOptions",
+    "RecordMetadata",
+    "SequentialSampler",
+    "ShardByJaxProcess",
+    "ShardOptions",
+]

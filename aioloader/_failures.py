@@ -1,0 +1,30 @@
+"""Errors from reads and transforms, carried as values to the consumer.
+
+A failure is raised in the consumer's thread in output order: every output
+before it is delivered first. The user's exception keeps its type and its
+traceback; a note (PEP 678, shown under the traceback) names the operation
+and the record's index and key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Failure:
+    """The first error in a unit of work, by output order."""
+
+    error: BaseException
+
+    @classmethod
+    def at_record(cls, error: BaseException, what: str, index: int, key: int) -> Failure:
+        """An error of `what` (a read, or an operation's label) on one record."""
+        error.add_note(f"aioloader: {what} failed on the record with index={index}, record_key={key}")
+        return cls(error)
+
+    @classmethod
+    def at_batch(cls, error: BaseException, what: str, first: int, last: int) -> Failure:
+        """An error of `what` on the batch of records with indices `first..last`."""
+        error.add_note(f"aioloader: {what} failed on the batch of records with index={first}..{last}")
+        return cls(error)

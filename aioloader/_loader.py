@@ -1,0 +1,105 @@
+"""`DataLoader`: the public entry point that checks its arguments and makes iterators."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._operations import compile_operations
+from aioloader._options import ReadOptions
+from aioloader._program import Program
+from aioloader._sampler import IndexSampler
+from aioloader._sources import check_source, describe_source
+from aioloader._validation import require_int
+
+EXECUTORS = ("thread",)
+
+
+class DataLoader:
+    """Reads `data_source` in the order of `sampler`, applies `operations`, and yields the results.
+
+    The output is a pure function of the source, the sampler and the
+    operations: it does not depend on `worker_count`, `executor`,
+    `read_options` or timing. `for x in loader` and `async for x in loader`
+    each start a new iterator; `iter(loader)` / `aiter(loader)` give one whose
+    `get_state()` / `set_state()` checkpoint and resume it.
+
+    `worker_count=0` runs everything in the caller's thread (the debug mode);
+    `worker_count=N` runs reads and operations on N worker threads, each with
+    its own deep copy of the operations.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_source: Any,
+        sampler: IndexSampler,
+        operations: Sequence[Any] = (),
+        worker_count: int = 0,
+        executor: str = "thread",
+        read_options: ReadOptions | None = None,
+        device_put: Any = None,
+    ) -> None:
+        check_source(data_source)
+        _check_sampler(sampler, len(data_source))
+        self.operations = compile_operations(operations)
+        self.worker_count = require_int("worker_count", worker_count, minimum=0)
+        if executor not in EXECUTORS:
+            raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
+        if read_options is not None and not isinstance(read_options, ReadOptions):
+            raise TypeError(f"`read_options` must be a ReadOptions or None, got {read_options!r}.")
+        if device_put is not None:
+            raise ValueError(f"`device_put` is not supported yet; got {device_put!r}.")
+        if worker_count > 0:
+            _check_copyable(operations)
+        self.data_source, self.sampler, self.executor = data_source, sampler, executor
+        self.read_options = read_options or ReadOptions()
+        self._description = {
+            "sampler": sampler.describe(),
+            "data_source": describe_source(data_source),
+            "operations": self.operations.describe(),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this pipeline's output (part of every state)."""
+        return self._description
+
+    def program(self) -> Program:
+        """A fresh program for one iterator."""
+        return Program(self.data_source, self.sampler, self.operations, self.read_options.num_threads)
+
+    def __iter__(self) -> DataLoaderIterator:
+        return DataLoaderIterator(self)
+
+    def __aiter__(self) -> AsyncDataLoaderIterator:
+        return AsyncDataLoaderIterator(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(data_source={self.data_source!r}, sampler={self.sampler!r}, "
+            f"operations={self.operations.describe()}, worker_count={self.worker_count})"
+        )
+
+
+def _check_sampler(sampler: Any, source_length: int) -> None:
+    if not isinstance(sampler, IndexSampler):
+        raise TypeError(f"`sampler` must be an IndexSampler or SequentialSampler, got {sampler!r}.")
+    if sampler.num_records > source_length:
+        raise ValueError(
+            f"`sampler` has num_records={sampler.num_records}, "
+            f"but `data_source` holds only {source_length} records."
+        )
+
+
+def _check_copyable(operations: Sequence[Any]) -> None:
+    """Each worker thread deep-copies the operations: fail now, naming the one that cannot be."""
+    for i, operation in enumerate(operations):
+        try:
+            copy.deepcopy(operation)
+        except Exception as error:
+            raise TypeError(
+                f"`operations[{i}]` ({type(operation).__name__}) cannot be deep-copied for the workers "
+                f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
+            ) from error

@@ -1,0 +1,60 @@
+"""`RecordMetadata`: what the sampler says about one position of the output."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def record_rng(seed: int, index: int) -> np.random.Generator:
+    """The generator for the record at `index`: Philox keyed on `seed + index`.
+
+    It is a pure function of its arguments, so a random transform gives the
+    same result whichever thread, process or interpreter runs it. The keying
+    is the one Grain uses, so random transforms match a Grain pipeline with
+    the same seed.
+    """
+    return np.random.Generator(np.random.Philox(key=seed + index))
+
+
+class RecordMetadata:
+    """One position of the sampler's output.
+
+    `index` is the global position in the output order (the unit of
+    checkpoints), `record_key` the key given to the data source, and `rng` a
+    generator that belongs to this record alone. When the sampler makes the
+    metadata, the generator is created on first access only, since most
+    pipelines never ask for it.
+    """
+
+    __slots__ = ("_rng", "_seed", "index", "record_key")
+
+    def __init__(self, index: int, record_key: int, rng: np.random.Generator | None = None) -> None:
+        self.index = index
+        self.record_key = record_key
+        self._rng = rng
+        self._seed: int | None = None
+
+    @classmethod
+    def lazy(cls, index: int, record_key: int, seed: int) -> RecordMetadata:
+        """Metadata whose `rng` is made from (`seed`, `index`) when first asked for."""
+        metadata = cls(index, record_key)
+        metadata._seed = seed
+        return metadata
+
+    @property
+    def rng(self) -> np.random.Generator | None:
+        """This record's generator (None only when built without rng or seed)."""
+        if self._rng is None and self._seed is not None:
+            self._rng = record_rng(self._seed, self.index)
+        return self._rng
+
+    def __repr__(self) -> str:
+        return f"RecordMetadata(index={self.index}, record_key={self.record_key})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RecordMetadata):
+            return NotImplemented
+        return (self.index, self.record_key) == (other.index, other.record_key)
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.record_key))

@@ -1,0 +1,120 @@
+"""Samplers: the stateless map from output position to record key.
+
+`sampler[index]` costs O(1) time and memory for any index, with no
+permutation stored, so a sampler over a billion records is as cheap as one
+over ten, and resuming at any index needs nothing but the index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aioloader._metadata import RecordMetadata
+from aioloader._permutation import Permutation, splitmix64
+from aioloader._sharding import NoSharding, ShardOptions
+from aioloader._validation import require_bool, require_int
+
+
+class IndexSampler:
+    """Record keys of this process's shard, shuffled anew every epoch if asked.
+
+    Global index `i` falls in epoch `i // shard_length` at position
+    `i % shard_length`; with `shuffle=True` the position goes through a keyed
+    bijection whose key depends on (`seed`, epoch), so every epoch is a
+    different permutation of the whole shard. `num_epochs=None` repeats
+    forever.
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions | None = None,
+        shuffle: bool = False,
+        num_epochs: int | None = 1,
+        seed: int = 0,
+    ) -> None:
+        self.num_records = require_int("num_records", num_records, minimum=0)
+        shard_options = NoSharding() if shard_options is None else shard_options
+        if not isinstance(shard_options, ShardOptions):
+            raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
+        self.shard_options = shard_options
+        self.shuffle = require_bool("shuffle", shuffle)
+        self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
+        self.seed = require_int("seed", seed, minimum=0)
+        self._start, stop = shard_options.bounds(num_records)
+        self.shard_length = stop - self._start
+        if self.num_epochs is None and self.shard_length == 0:
+            raise ValueError(
+                f"`num_epochs=None` repeats forever, but shard {shard_options} holds no records."
+            )
+        self._permutations: dict[int, Permutation] = {}
+
+    @property
+    def length(self) -> int | None:
+        """How many indices the sampler yields; None when it repeats forever."""
+        return None if self.num_epochs is None else self.num_epochs * self.shard_length
+
+    def __len__(self) -> int:
+        if self.length is None:
+            raise TypeError("an IndexSampler with `num_epochs=None` is infinite and has no len().")
+        return self.length
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        require_int("index", index, minimum=0)
+        if self.length is not None and index >= self.length:
+            raise IndexError(f"index {index} is out of range for a sampler of length {self.length}.")
+        key = int(self.record_keys(index, index + 1)[0])
+        return RecordMetadata.lazy(index, key, self.seed)
+
+    def record_keys(self, start: int, stop: int) -> np.ndarray:
+        """The record keys of indices `[start, stop)`, computed together (int64)."""
+        indices = np.arange(start, stop, dtype=np.int64)
+        epochs, positions = np.divmod(indices, self.shard_length)
+        if self.shuffle:
+            for epoch in np.unique(epochs).tolist():
+                in_epoch = epochs == epoch
+                positions[in_epoch] = self._permutation(epoch)(positions[in_epoch])
+        return positions + self._start
+
+    def _permutation(self, epoch: int) -> Permutation:
+        found = self._permutations.get(epoch)
+        if found is None:
+            found = Permutation(self.shard_length, splitmix64(splitmix64(self.seed) ^ epoch))
+            # Chunks move forward through epochs; keeping the last two covers a
+            # chunk that spans an epoch boundary without growing forever.
+            self._permutations = {e: p for e, p in self._permutations.items() if e >= epoch - 1}
+            self._permutations[epoch] = found
+        return found
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this sampler's output, for checkpoint states."""
+        options = self.shard_options
+        return {
+            "type": type(self).__name__,
+            "num_records": self.num_records,
+            "shard": [options.shard_index, options.shard_count, options.drop_remainder],
+            "shuffle": self.shuffle,
+            "num_epochs": self.num_epochs,
+            "seed": self.seed,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_records={self.num_records}, shard_options={self.shard_options}, "
+            f"shuffle={self.shuffle}, num_epochs={self.num_epochs}, seed={self.seed})"
+        )
+
+
+class SequentialSampler(IndexSampler):
+    """Every record of the shard once, in order.
+
+    `seed` (as in Grain) keys the generators that random transforms receive.
+    """
+
+    def __init__(self, num_records: int, shard_options: ShardOptions | None = None, seed: int = 0) -> None:
+        super().__init__(num_records, shard_options, shuffle=False, num_epochs=1, seed=seed)
+
+    def __repr__(self) -> str:
+        return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options})"

@@ -1,0 +1,181 @@
+"""Pipelines the contract tests share, and an independent reference evaluator.
+
+The transforms live at module level so that they can be copied per thread
+and pickled for other interpreters. `reference_outputs` evaluates a pipeline
+the slow, obvious way (one record at a time, Grain's semantics) so that the
+loader is checked against its meaning, not only against itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aioloader import (
+    Batch,
+    DataLoader,
+    FilterTransform,
+    FlatMapTransform,
+    IndexSampler,
+    MapTransform,
+    RandomMapTransform,
+    RangeDataSource,
+)
+from aioloader._batching import stack
+
+
+class AddOne(MapTransform):
+    def map(self, element: Any) -> Any:
+        return element + 1
+
+
+class Noise(RandomMapTransform):
+    """Adds a number drawn from the record's generator."""
+
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element * 1000 + int(rng.integers(0, 1000))
+
+
+class KeepSome(FilterTransform):
+    def filter(self, element: Any) -> bool:
+        return element % 3 != 0
+
+
+class Spread(FlatMapTransform):
+    """0 to 3 elements per record, so flat-maps split records across batches."""
+
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        return [element * 10 + k for k in range(element % 4)]
+
+
+class ToDict(MapTransform):
+    def map(self, element: Any) -> Any:
+        return {"x": np.int64(element), "pair": (np.float32(element) / 2, np.arange(3) + element)}
+
+
+class BatchNoise(RandomMapTransform):
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element + rng.integers(0, 5, size=np.shape(element))
+
+
+class Halves(FlatMapTransform):
+    """Splits a batch in two outputs, so one batch gives several outputs."""
+
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        middle = (len(element) + 1) // 2
+        return [element[:middle], element[middle:]]
+
+
+async def async_add_one(element: Any) -> Any:
+    await asyncio.sleep(0)
+    return element + 1
+
+
+def plus_two(element: Any) -> Any:
+    return element + 2
+
+
+@dataclass(frozen=True)
+class Case:
+    """A pipeline: a source size, a sampler and operations."""
+
+    name: str
+    num_records: int
+    make_operations: Callable[[], list[Any]]
+    shuffle: bool = True
+    num_epochs: int | None = 3
+    seed: int = 11
+
+    def sampler(self) -> IndexSampler:
+        return IndexSampler(self.num_records, shuffle=self.shuffle, num_epochs=self.num_epochs, seed=self.seed)
+
+    def loader(self, worker_count: int, **kwargs: Any) -> DataLoader:
+        return DataLoader(
+            data_source=RangeDataSource(0, self.num_records),
+            sampler=self.sampler(),
+            operations=self.make_operations(),
+            worker_count=worker_count,
+            **kwargs,
+        )
+
+
+CASES = [
+    Case("records", 53, lambda: [AddOne(), Noise(), plus_two]),
+    Case("fused-batch", 53, lambda: [AddOne(), Noise(), Batch(7)]),
+    Case("dict-batch", 20, lambda: [ToDict(), Batch(6)], num_epochs=2),
+    Case("filter-batch", 53, lambda: [Noise(), KeepSome(), Batch(5)]),
+    Case("flatmap-batch", 41, lambda: [Spread(), Noise(), Batch(4)]),
+    Case("ops-after-batch", 47, lambda: [AddOne(), Batch(6), BatchNoise(), Halves(), AddOne()]),
+    Case("drop-remainder", 29, lambda: [AddOne(), Batch(8, drop_remainder=True)], num_epochs=1),
+    Case("async-map", 23, lambda: [async_add_one, Noise(), Batch(3)], num_epochs=2),
+    Case("sequential", 30, lambda: [Spread(), KeepSome()], shuffle=False, num_epochs=1),
+]
+CASE_IDS = [case.name for case in CASES]
+
+
+def reference_outputs(source: Sequence[Any], sampler: IndexSampler, operations: Sequence[Any]) -> list[Any]:
+    """The outputs, one record at a time, with Grain's semantics for metadata."""
+    stream: Iterator[tuple[Any, Any]] = ((source[sampler[i].record_key], sampler[i]) for i in range(len(sampler)))
+    for op in operations:
+        stream = _reference_op(op, stream)
+    return [element for element, _ in stream]
+
+
+def _reference_op(op: Any, stream: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    if isinstance(op, Batch):
+        return _reference_batches(op, stream)
+    if isinstance(op, MapTransform):
+        return ((op.map(x), m) for x, m in stream)
+    if isinstance(op, RandomMapTransform):
+        return ((op.random_map(x, m.rng), m) for x, m in stream)
+    if isinstance(op, FilterTransform):
+        return ((x, m) for x, m in stream if op.filter(x))
+    if isinstance(op, FlatMapTransform):
+        return ((y, m) for x, m in stream for y in op.flat_map(x))
+    if asyncio.iscoroutinefunction(op):
+        return ((asyncio.run(op(x)), m) for x, m in stream)
+    return ((op(x), m) for x, m in stream)
+
+
+def _reference_batches(batch: Batch, stream: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    group: list[tuple[Any, Any]] = []
+    for item in stream:
+        group.append(item)
+        if len(group) == batch.batch_size:
+            yield (batch.batch_fn or stack)([x for x, _ in group]), group[-1][1]
+            group = []
+    if group and not batch.drop_remainder:
+        yield (batch.batch_fn or stack)([x for x, _ in group]), group[-1][1]
+
+
+def expected(case: Case) -> list[Any]:
+    """The reference outputs of `case`."""
+    return reference_outputs(range(case.num_records), case.sampler(), case.make_operations())
+
+
+def canonical(value: Any) -> Any:
+    """A comparable, hashable form of nested outputs (arrays become (dtype, shape, values))."""
+    if isinstance(value, dict):
+        return tuple((k, canonical(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(canonical(v) for v in value))
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        return (str(array.dtype), array.shape, tuple(array.ravel().tolist()))
+    return value
+
+
+def assert_same_outputs(actual: Sequence[Any], wanted: Sequence[Any]) -> None:
+    """Equal outputs, element by element, dtypes and shapes included."""
+    assert len(actual) == len(wanted), f"{len(actual)} outputs, expected {len(wanted)}"
+    for i, (a, b) in enumerate(zip(actual, wanted, strict=True)):
+        assert canonical(a) == canonical(b), f"output {i} differs: {a!r} != {b!r}"
+
+
+async def collect_async(loader: DataLoader) -> list[Any]:
+    """Every output of `async for` over `loader`."""
+    return [x async for x in loader]

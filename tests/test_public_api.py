@@ -1,0 +1,38 @@
+"""`aioloader/__init__.py` is the public API: a sorted `__all__` of the names DESIGN.md fixes."""
+
+from __future__ import annotations
+
+import aioloader
+
+DESIGN_NAMES = {
+    "RecordMetadata",
+    "IndexSampler",
+    "SequentialSampler",
+    "ShardOptions",
+    "NoSharding",
+    "ShardByJaxProcess",
+    "RandomAccessDataSource",
+    "AsyncDataSource",
+    "InMemoryDataSource",
+    "RangeDataSource",
+    "MapTransform",
+    "RandomMapTransform",
+    "FilterTransform",
+    "FlatMapTransform",
+    "Batch",
+    "ReadOptions",
+    "DataLoader",
+}
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert aioloader.__all__ == sorted(aioloader.__all__)
+    public = {name for name in vars(aioloader) if not name.startswith("_")}
+    assert set(aioloader.__all__) == public
+    assert DESIGN_NAMES <= set(aioloader.__all__)
+
+
+def test_every_public_name_comes_from_a_private_module() -> None:
+    for name in aioloader.__all__:
+        module = getattr(aioloader, name).__module__
+        assert module.startswith("aioloader._"), (name, module)

@@ -1,0 +1,94 @@
+"""The `./dev` commands: one line each for the main job, the tests and the benchmarks.
+
+./dev train          set up, then train the example model fed by aioloader
+./dev test [ARGS]    set up, then lint, type-check and run pytest on every
+                     interpreter session (ARGS go to each pytest run)
+./dev bench [ARGS]   set up, then run the benchmark suite
+./dev python-ft      print the path of a free-threaded CPython (building one if needed)
+./dev env NAME       print the python of the environment NAME (gil, ft)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tools.envs import EnvSpec, ensure_env
+from tools.interpreters import ToolchainError, free_threaded_python
+from tools.log import say
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gil_spec() -> EnvSpec:
+    """The machine's default CPython, with every extra."""
+    return EnvSpec("gil", Path(sys.executable), ("all", "dev"))
+
+
+def ft_spec() -> EnvSpec:
+    """A free-threaded CPython, with the extras that have free-threaded wheels."""
+    return EnvSpec("ft", free_threaded_python(), ("jax", "parquet", "zstd", "dev"), binary_only=True)
+
+
+SPECS: dict[str, Callable[[], EnvSpec]] = {"gil": gil_spec, "ft": ft_spec}
+
+
+def run(python: Path, args: Sequence[str], **env: str) -> int:
+    """Run `python args...` in the repository with the checkout importable."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    return subprocess.run([str(python), *args], cwd=REPO, env=full_env).returncode
+
+
+def test(pytest_args: Sequence[str]) -> int:
+    """Lint and type-check once, then run pytest on the GIL and free-threaded builds."""
+    timings: list[tuple[str, float, int]] = []
+
+    def step(name: str, action: Callable[[], int]) -> None:
+        started = time.monotonic()
+        code = action()
+        timings.append((name, time.monotonic() - started, code))
+
+    gil = ensure_env(gil_spec(), REPO)
+    step("ruff check", lambda: run(gil, ["-m", "ruff", "check", "."]))
+    step("ruff format", lambda: run(gil, ["-m", "ruff", "format", "--check", "."]))
+    step("mypy", lambda: run(gil, ["-m", "mypy"]))
+    step("pytest (GIL)", lambda: run(gil, ["-m", "pytest", *pytest_args]))
+    ft = ensure_env(ft_spec(), REPO)
+    step(
+        "pytest (free-threaded, PYTHON_GIL=0)",
+        lambda: run(ft, ["-m", "pytest", *pytest_args], PYTHON_GIL="0"),
+    )
+    for name, seconds, code in timings:
+        say(f"{'ok  ' if code == 0 else 'FAIL'} {name} ({seconds:.0f} s)")
+    return 0 if all(code == 0 for _, _, code in timings) else 1
+
+
+def main(argv: Sequence[str]) -> int:
+    """Dispatch one `./dev` command."""
+    command, rest = (argv[0], list(argv[1:])) if argv else ("help", [])
+    try:
+        if command == "test":
+            return test(rest)
+        if command == "train":
+            return run(ensure_env(gil_spec(), REPO), ["examples/train.py", *rest])
+        if command == "bench":
+            return run(ensure_env(gil_spec(), REPO), ["-m", "benchmarks", *rest])
+        if command == "python-ft":
+            print(free_threaded_python())
+            return 0
+        if command == "env" and rest and rest[0] in SPECS:
+            print(ensure_env(SPECS[rest[0]](), REPO))
+            return 0
+    except ToolchainError as error:
+        say(f"error: {error}")
+        return 2
+    print(__doc__)
+    return 0 if command in {"help", "-h", "--help"} else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
