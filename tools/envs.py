@@ -21,6 +21,9 @@ from tools.log import say
 
 # Bump to rebuild every environment after a change to how they are made.
 RECIPE_VERSION = "1"
+# Environments of one name kept side by side (several checkouts or branches
+# may want different ones); the least recently used beyond this are removed.
+KEEP_PER_NAME = 4
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ def ensure_env(spec: EnvSpec, repo: Path) -> Path:
     python = home / "bin" / "python"
     if (home / ".complete").exists():
         say(f"environment {spec.name}: reusing {home}")
+        (home / ".complete").touch()  # marks it recently used
         return python
-    _remove_stale(home)
+    _remove_least_recently_used(home.parent, spec.name)
     say(f"environment {spec.name}: building {home} with {spec.python}")
     subprocess.run([str(spec.python), "-m", "venv", str(home)], check=True)
     reqs = requirements(pyproject, spec.extras) + list(spec.extra_requirements)
@@ -82,7 +86,12 @@ def ensure_env(spec: EnvSpec, repo: Path) -> Path:
     return python
 
 
-def _remove_stale(home: Path) -> None:
-    for old in home.parent.glob(f"{home.name.rsplit('-', 1)[0]}-*"):
-        say(f"removing the outdated environment {old}")
+def _remove_least_recently_used(folder: Path, name: str) -> None:
+    def last_used(env: Path) -> float:
+        marker = env / ".complete"  # a build in progress counts from its start
+        return (marker if marker.exists() else env).stat().st_mtime
+
+    envs = sorted(folder.glob(f"{name}-" + "?" * 12), key=last_used, reverse=True)
+    for old in envs[KEEP_PER_NAME - 1 :]:
+        say(f"removing the environment {old}, the least recently used")
         shutil.rmtree(old, ignore_errors=True)
