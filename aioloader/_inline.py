@@ -15,7 +15,7 @@ from typing import Any
 
 from aioloader._planner import ChunkPlanner
 from aioloader._positions import Position
-from aioloader._program import Elements, Outputs, Plan, Program
+from aioloader._program import Outputs, Plan, Program
 from aioloader._tail import TailBatcher
 
 
@@ -64,16 +64,16 @@ def inline_outputs(program: Program, position: Position, prefetch_buffer_size: i
         while (job := planner.next_job()) is not None:
             result, seconds = run(0, job)
             planner.observe(job.count, seconds)
-            if tail is None:
-                yield result
-                if result.failure is not None:
+            units = [result] if tail is None else [run(1, batch_job)[0] for batch_job in tail.push(result)]
+            # Hold no reference to what the consumer has while the next chunk
+            # is made, so that one unit at a time is alive.
+            del result
+            while units:
+                unit = units.pop(0)
+                yield unit
+                if unit.failure is not None:
                     return
-                continue
-            assert isinstance(result, Elements)
-            for batch_job in tail.push(result):
-                yield run(1, batch_job)[0]
-            if tail.failed:
-                return
+                del unit
         for batch_job in tail.finish() if tail is not None else ():
             yield run(1, batch_job)[0]
     finally:

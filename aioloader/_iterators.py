@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from aioloader import _interrupts as interrupts
 from aioloader._failures import Failure
 from aioloader._inline import InlineExecutor, inline_outputs
 from aioloader._loop_thread import LoopThread
@@ -48,18 +49,20 @@ class _Cursor:
         return self._after[self._j - 1] if self._j else self._base
 
     def _load(self, outputs: Outputs, weight: int) -> None:
-        """Make `outputs` current (the previous unit is finished and released)."""
-        self._base = self._position()
+        """Make `outputs` current (after `_finish_unit`)."""
         self._items, self._after, self._failure = outputs.items, outputs.after, outputs.failure
         self._count, self._j, self._weight = len(outputs.items), 0, weight
 
-    def _finished_weight(self) -> int:
-        """Hand over the current unit, all delivered: return its weight, to release.
+    def _finish_unit(self) -> int:
+        """Let go of the current unit, all delivered; return its weight, to release.
 
         The consumer holds every output of it now, so it no longer counts as
-        read ahead; releasing it before waiting for the next unit is what
-        lets a window of one unit make progress.
+        read ahead: releasing it before waiting for the next unit is what lets
+        a window of one unit make progress, and dropping our references keeps
+        two units from being alive at once.
         """
+        self._base = self._position()
+        self._items, self._after, self._count, self._j = [], (), 0, 0
         weight, self._weight = self._weight, 0
         return weight
 
@@ -92,6 +95,7 @@ class _SyncEngine:
             )
         else:
             self._thread = LoopThread(lambda: _start_pipeline(loader, position))
+            interrupts.watch(self)
 
     def next(self) -> tuple[Outputs, int] | None:
         if self._inline is not None:
@@ -106,6 +110,7 @@ class _SyncEngine:
     def close(self) -> None:
         if self._thread is not None:
             self._thread.close()
+            interrupts.unwatch(self)
         if self._inline is not None:
             self._inline.close()  # type: ignore[attr-defined]
 
@@ -154,7 +159,7 @@ class DataLoaderIterator(_Cursor):
             if self._closed:
                 raise StopIteration
             engine = self._engine()
-            engine.release(self._finished_weight())
+            engine.release(self._finish_unit())
             try:
                 found = engine.next()
             except BaseException:
@@ -182,8 +187,10 @@ class DataLoaderIterator(_Cursor):
         self._closed = False
 
     def close(self) -> None:
-        """Stop and join every thread this iterator started. Idempotent."""
+        """Stop and join every thread this iterator started, and let go of every
+        record it holds. Idempotent; `get_state()` still works afterwards."""
         self._closed = True
+        self._finish_unit()
         self._holder.close()
 
     def __enter__(self) -> DataLoaderIterator:
@@ -246,7 +253,7 @@ class AsyncDataLoaderIterator(_Cursor):
             if self._holder.engine is None:
                 self._holder.engine = _AsyncEngine(self._loader, self._position())
             engine: _AsyncEngine = self._holder.engine
-            if weight := self._finished_weight():
+            if weight := self._finish_unit():
                 engine.pipeline.release(weight)
             try:
                 found = await engine.pipeline.next()
@@ -269,8 +276,10 @@ class AsyncDataLoaderIterator(_Cursor):
         self._closed = False
 
     async def aclose(self) -> None:
-        """Stop the pipeline and wait for every thread this iterator started. Idempotent."""
+        """Stop the pipeline, wait for every thread this iterator started, and let go
+        of every record it holds. Idempotent; `get_state()` still works afterwards."""
         self._closed = True
+        self._finish_unit()
         engine, self._holder.engine = self._holder.engine, None
         if engine is not None:
             await engine.aclose()

@@ -64,6 +64,7 @@ class LoopThread:
         try:
             while (found := await self._pipeline.next()) is not None:
                 self._queue.put(found)
+                del found  # the consumer owns it now; do not keep it alive while waiting
             self._queue.put(_END)
         except Exception as error:
             self._queue.put(_Raised(error))
@@ -89,6 +90,11 @@ class LoopThread:
             return
         self._call_soon(self._task.cancel)
         self._thread.join(timeout)
+        # What the consumer never took must not outlive the loader, and a
+        # consumer that asks again must find the end, not wait forever.
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queue.put(_END)
 
     def _call_soon(self, callback: Callable[..., object], *args: object) -> None:
         with contextlib.suppress(RuntimeError):  # the loop has finished: nothing left to tell

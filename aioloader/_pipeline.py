@@ -11,6 +11,7 @@ def` maps and async sources are awaited on the loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ class Pipeline:
         unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
         # Several chunks per worker must fit in the window, or workers starve.
         self._planner = ChunkPlanner(position, program.sampler.length, unit, capacity // (workers + 1))
+        self._first_measured = asyncio.Event()
         self._records: Reassembly[ChunkJob, Any] = Reassembly(
             self._chunk_jobs(), self._run_chunk, Window(capacity)
         )
@@ -77,19 +79,30 @@ class Pipeline:
         self.final.window.release(weight)
 
     async def aclose(self) -> None:
-        """Cancel every stage; the executor is closed by its owner."""
+        """Cancel every stage and drop what they buffer; the executor is closed by its owner."""
         for stage in (self._batches, self._records):
             if stage is not None:
                 await stage.aclose()
+        if self._batches is not None:
+            self._tail.clear()
 
     async def _chunk_jobs(self) -> AsyncIterator[tuple[ChunkJob, int]]:
+        first = True
         while (job := self._planner.next_job()) is not None:
             yield job, job.count
+            if first:
+                # Size the rest from a measured cost: without it, slow records
+                # would be sent in chunks of many seconds.
+                first = False
+                await self._first_measured.wait()
 
     async def _run_chunk(self, job: ChunkJob) -> Any:
-        result, seconds = await self._run_stage(0, job)
-        self._planner.observe(job.count, seconds)
-        return result
+        try:
+            result, seconds = await self._run_stage(0, job)
+            self._planner.observe(job.count, seconds)
+            return result
+        finally:
+            self._first_measured.set()
 
     async def _run_batches(self, job: BatchJob) -> Outputs:
         result, _ = await self._run_stage(1, job)

@@ -2,8 +2,10 @@
 
 Per-chunk hand-offs between threads cost tens of microseconds, so a chunk
 should be about a millisecond of work; how long a record takes is only known
-once some have been processed. The planner starts small, so the first batch
-comes quickly, then sizes chunks from the measured cost per record. Chunking
+once some have been processed. The first chunk is one record (or one batch),
+so the first output comes as soon as possible and its cost is measured before
+any other chunk is sized (the pipeline waits for it); later chunks are sized
+from the measured cost per record. Chunking
 never changes the output: records get their generator from their index, and
 fused chunks always hold whole batches.
 """
@@ -14,7 +16,7 @@ from aioloader._positions import Position
 from aioloader._program import ChunkJob
 
 TARGET_SECONDS = 0.001
-FIRST_CHUNK_RECORDS = 16
+FIRST_CHUNK_RECORDS = 1
 
 
 class ChunkPlanner:

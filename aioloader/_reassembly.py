@@ -30,6 +30,7 @@ class Reassembly(Generic[J, R]):
         self._pending: deque[tuple[asyncio.Task[R], int]] = deque()
         self._changed = asyncio.Event()
         self._feeder: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def _feed(self) -> None:
         try:
@@ -47,6 +48,8 @@ class Reassembly(Generic[J, R]):
 
         An exception from the jobs' iterator or from a job is raised here, in order.
         """
+        if self._closed:
+            return None
         if self._feeder is None:
             self._feeder = asyncio.ensure_future(self._feed())
         while not self._pending:
@@ -60,6 +63,7 @@ class Reassembly(Generic[J, R]):
 
     async def aclose(self) -> None:
         """Cancel the feeder and every job, and wait until they have stopped."""
+        self._closed = True
         self.window.close()
         tasks: list[asyncio.Future[Any]] = [task for task, _ in self._pending]
         if self._feeder is not None:
@@ -68,3 +72,10 @@ class Reassembly(Generic[J, R]):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # A cancelled task keeps its exception, whose traceback keeps the
+        # frame that held a job: drop the tasks so their work can be freed.
+        self._feeder = None
+        del tasks
+        close_jobs = getattr(self._jobs, "aclose", None)
+        if close_jobs is not None:
+            await close_jobs()  # its frame may hold buffered work: let it go now

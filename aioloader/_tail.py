@@ -60,6 +60,11 @@ class TailBatcher:
             return []
         return self._cut(len(self._items))
 
+    def clear(self) -> None:
+        """Drop every buffered element (the pipeline is closing)."""
+        for column in (self._items, self._before, self._after, self._indices, self._rngs):
+            column.clear()
+
     def _cut(self, count: int) -> list[BatchJob]:
         if count == 0:
             return []

@@ -59,6 +59,9 @@ class ThreadExecutor:
                 loop.call_soon_threadsafe(_settle, future, outcome)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
+            # Drop this job's data before waiting for the next one: a worker
+            # must not keep a unit of records alive while it is idle.
+            del job, future, payload, outcome
 
     def _stop(self) -> None:
         if not self._closed:

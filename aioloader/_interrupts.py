@@ -1,0 +1,52 @@
+"""Ctrl-C stops the loaders, wherever the main thread is when it arrives.
+
+A KeyboardInterrupt raised while the main thread waits in `next()` closes
+the iterator there. But it usually arrives during the training step, and
+then the traceback keeps the iterator alive as long as the exception is
+handled; its threads would run on. So while sync iterators with threads are
+running, SIGINT goes through a handler that closes them first and then does
+what Python's default handler does: raise KeyboardInterrupt.
+
+The handler is only installed in the main thread and only over Python's own
+default handler, never over one the program set; it is put back when the last
+iterator closes in the main thread.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import weakref
+from types import FrameType
+from typing import Protocol
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_running: weakref.WeakSet[Closable] = weakref.WeakSet()
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def watch(engine: Closable) -> None:
+    """Close `engine` when SIGINT arrives (if SIGINT has Python's default handler)."""
+    _running.add(engine)
+    if _in_main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted)
+
+
+def unwatch(engine: Closable) -> None:
+    """Forget `engine`; restore Python's default handler when none is left."""
+    _running.discard(engine)
+    if not _running and _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    for engine in list(_running):
+        engine.close()
+    signal.default_int_handler(signum, frame)

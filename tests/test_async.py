@@ -1,0 +1,145 @@
+"""Contract 6: during `async for`, the event loop stays free for other tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource
+from tests.conftest import repeated
+
+
+class WaitsForTheLoop(MapTransform):
+    """Blocks its thread until a task on the event loop has ticked enough times.
+
+    If the transform ran on the loop, the ticker could never tick: the wait
+    would time out and the test fail, instead of hanging.
+    """
+
+    def __init__(self, ticked: threading.Event) -> None:
+        self.ticked = ticked
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> WaitsForTheLoop:
+        return self  # every worker must see the same event
+
+    def map(self, element: Any) -> Any:
+        if not self.ticked.wait(timeout=20):
+            raise TimeoutError("the event loop was blocked while the transform ran")
+        total = 0
+        for i in range(20_000):  # and some CPU work that holds the GIL where there is one
+            total += i % 7
+        return element + total * 0
+
+
+class RecordsThread(MapTransform):
+    def __init__(self, threads: set[int]) -> None:
+        self.threads = threads
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RecordsThread:
+        return self
+
+    def map(self, element: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        return element
+
+
+@repeated
+@pytest.mark.parametrize("workers", [1, 2])
+def test_other_tasks_run_while_transforms_execute(workers: int, repeat: int) -> None:
+    ticked = threading.Event()
+
+    async def ticker(ticks: list[int]) -> None:
+        while True:
+            ticks.append(1)
+            if len(ticks) >= 5:
+                ticked.set()
+            await asyncio.sleep(0)
+
+    async def run() -> tuple[list[Any], int]:
+        ticks: list[int] = []
+        task = asyncio.create_task(ticker(ticks))
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 64),
+            sampler=IndexSampler(64, shuffle=True, seed=1),
+            operations=[WaitsForTheLoop(ticked), Batch(8)],
+            worker_count=workers,
+        )
+        batches = [batch async for batch in loader]
+        task.cancel()
+        return batches, len(ticks)
+
+    batches, ticks = asyncio.run(run())
+    assert sorted(x for b in batches for x in b.tolist()) == list(range(64))
+    assert ticks >= 5
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
+    threads: set[int] = set()
+
+    async def run() -> int:
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 200),
+            sampler=IndexSampler(200),
+            operations=[RecordsThread(threads), Batch(10)],
+            worker_count=workers,
+        )
+        assert len([b async for b in loader]) == 20
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(run())
+    assert threads
+    assert loop_thread not in threads
+
+
+def test_async_def_maps_run_on_the_loop() -> None:
+    seen: list[int] = []
+
+    async def on_loop(element: int) -> int:
+        seen.append(threading.get_ident())
+        await asyncio.sleep(0)
+        return element * 2
+
+    async def run() -> tuple[list[int], int]:
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
+        )
+        return [x async for x in loader], threading.get_ident()
+
+    out, loop_thread = asyncio.run(run())
+    assert out == [2 * x for x in range(30)]
+    assert set(seen) == {loop_thread}
+
+
+def test_async_source_with_aget_many_is_used() -> None:
+    class Remote:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __len__(self) -> int:
+            return 100
+
+        async def aget(self, key: int) -> int:
+            raise AssertionError("aget_many should be used")
+
+        async def aget_many(self, keys: list[int]) -> list[int]:
+            self.calls += 1
+            await asyncio.sleep(0)
+            return [k * 3 for k in keys]
+
+    source = Remote()
+    loader = DataLoader(data_source=source, sampler=IndexSampler(100), worker_count=2)
+    assert list(loader) == [k * 3 for k in range(100)]
+    assert 1 <= source.calls < 100  # whole chunks, not records
+
+
+def test_iterators_are_async_context_managers() -> None:
+    async def run() -> list[int]:
+        loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
+        async with aiter(loader) as iterator:
+            return [x async for x in iterator]
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4]

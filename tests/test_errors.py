@@ -1,0 +1,178 @@
+"""Contract 4: errors reach the consumer in output order, with type, traceback, index and key."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from typing import Any
+
+import pytest
+
+from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, MapTransform, RangeDataSource
+from tests.conftest import repeated
+
+
+class FailOn(MapTransform):
+    """Raises on the chosen record values."""
+
+    def __init__(self, bad: set[int], error: type[Exception] = ValueError) -> None:
+        self.bad, self.error = bad, error
+
+    def map(self, element: Any) -> Any:
+        if element in self.bad:
+            raise self.error(f"bad element {element}")
+        return element
+
+
+class BrokenSource:
+    """A source whose chosen keys cannot be read."""
+
+    def __init__(self, size: int, bad: set[int]) -> None:
+        self.size, self.bad = size, bad
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        if key in self.bad:
+            raise OSError(f"cannot read key {key}")
+        return key
+
+
+class AsyncBrokenSource(BrokenSource):
+    async def aget(self, key: int) -> int:
+        await asyncio.sleep(0)
+        return self[key]
+
+
+class FlatFail(FlatMapTransform):
+    def flat_map(self, element: Any) -> Any:
+        yield element
+        if element == 7:
+            raise KeyError("flat-map failed halfway")
+        yield element + 100
+
+
+def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
+    """Every output before the error, and the error."""
+    got: list[Any] = []
+    try:
+        for item in loader:
+            got.append(item)
+    except Exception as error:
+        return got, error
+    raise AssertionError(f"no error after {len(got)} outputs")
+
+
+def notes(error: BaseException) -> str:
+    return "\n".join(getattr(error, "__notes__", []))
+
+
+def loader_with(operations: list[Any], workers: int, source: Any = None, shuffle: bool = False) -> DataLoader:
+    return DataLoader(
+        data_source=source or RangeDataSource(0, 40),
+        sampler=IndexSampler(40, shuffle=shuffle, seed=5),
+        operations=operations,
+        worker_count=workers,
+    )
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 1, 2, 8])
+def test_every_output_before_the_error_is_delivered(workers: int, repeat: int) -> None:
+    got, error = drain(loader_with([FailOn({13, 17, 30})], workers))
+    assert got == list(range(13))
+    assert type(error) is ValueError
+    assert "bad element 13" in str(error)
+    assert "index=13, record_key=13" in notes(error)
+    assert "operations[0] (FailOn.map)" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shuffled_error_names_the_index_and_the_key(workers: int) -> None:
+    sampler = IndexSampler(40, shuffle=True, seed=5)
+    keys = [sampler[i].record_key for i in range(40)]
+    got, error = drain(loader_with([FailOn({keys[21]})], workers, shuffle=True))
+    assert got == keys[:21]
+    assert f"index=21, record_key={keys[21]}" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_batches_before_the_failing_batch_are_delivered(workers: int) -> None:
+    got, error = drain(loader_with([FailOn({13}), Batch(4)], workers))
+    assert [b.tolist() for b in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert isinstance(error, ValueError)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_later_operation_failing_earlier_wins(workers: int) -> None:
+    got, error = drain(loader_with([FailOn({20}), FailOn({5}, KeyError)], workers))
+    assert got == list(range(5))
+    assert type(error) is KeyError
+    assert "operations[1]" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_read_errors_name_the_source_and_the_key(workers: int) -> None:
+    got, error = drain(loader_with([], workers, source=BrokenSource(40, {9})))
+    assert got == list(range(9))
+    assert type(error) is OSError
+    assert "reading from BrokenSource" in notes(error)
+    assert "record_key=9" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_async_source_errors_arrive_in_order(workers: int) -> None:
+    got, error = drain(loader_with([], workers, source=AsyncBrokenSource(40, {3, 30})))
+    assert got == [0, 1, 2]
+    assert "record_key=3" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_flat_map_error_drops_the_failing_records_outputs(workers: int) -> None:
+    got, error = drain(loader_with([FlatFail(), Batch(3)], workers))
+    flat = [x for b in got for x in b.tolist()]
+    assert flat == [x for e in range(7) for x in (e, e + 100)][: len(flat)]
+    assert len(flat) == 12  # 4 whole batches of the 14 elements before record 7
+    assert type(error) is KeyError
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batching_errors_name_the_batch(workers: int) -> None:
+    ragged = [lambda x: [0] * (1 + (x == 6)), Batch(4)]
+    got, error = drain(loader_with(ragged, workers))
+    assert len(got) == 1
+    assert "cannot batch" in str(error)
+    assert "index=4..7" in notes(error)
+
+
+def test_the_traceback_reaches_the_users_code() -> None:
+    _, error = drain(loader_with([FailOn({2})], 2))
+    frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+    assert "map" in frames  # FailOn.map, on the worker thread
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_is_closed_after_an_error(workers: int) -> None:
+    iterator = iter(loader_with([FailOn({2})], workers))
+    assert [next(iterator), next(iterator)] == [0, 1]
+    with pytest.raises(ValueError, match="bad element 2"):
+        next(iterator)
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_async_errors_arrive_in_order(workers: int) -> None:
+    async def run() -> tuple[list[Any], BaseException]:
+        got: list[Any] = []
+        try:
+            async for item in loader_with([FailOn({11})], workers):
+                got.append(item)
+        except ValueError as error:
+            return got, error
+        raise AssertionError("no error")
+
+    got, error = asyncio.run(run())
+    assert got == list(range(11))
+    assert "index=11" in notes(error)

@@ -1,0 +1,137 @@
+"""Contract 3: a slow consumer makes the pipeline wait; what is in flight stays bounded.
+
+Records are counted in when the source or a flat-map makes them and out when
+the consumer receives them or a filter or flat-map drops them, so the tests
+measure exactly how many records the pipeline holds at its worst, whatever it
+holds them in. Separately, a closed iterator must hold none at all (checked
+with `__del__`, after a garbage collection).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from aioloader import Batch, DataLoader, FilterTransform, FlatMapTransform, IndexSampler, ReadOptions
+from tests.conftest import repeated
+
+
+class Ledger:
+    """Records in the pipeline now (made, not yet delivered or dropped), the peak, and live objects."""
+
+    # Reentrant: on free-threaded CPython a queued `__del__` can run while the lock is held.
+    lock = threading.RLock()
+    held = peak = alive = 0
+
+    @classmethod
+    def change(cls, held: int = 0, alive: int = 0) -> None:
+        with cls.lock:
+            cls.held += held
+            cls.alive += alive
+            cls.peak = max(cls.peak, cls.held)
+
+    @classmethod
+    def start(cls) -> None:
+        gc.collect()
+        assert cls.alive == 0, f"{cls.alive} records alive before the test"
+        with cls.lock:
+            cls.held = cls.peak = 0
+
+
+class Tracked:
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        Ledger.change(held=+1, alive=+1)
+
+    def __del__(self) -> None:
+        Ledger.change(alive=-1)
+
+
+class TrackedSource:
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, key: int) -> Tracked:
+        return Tracked(key)
+
+
+class KeepTwoThirds(FilterTransform):
+    def filter(self, element: Tracked) -> bool:
+        keep = element.value % 3 != 0
+        if not keep:
+            Ledger.change(held=-1)
+        return keep
+
+
+class UpToThree(FlatMapTransform):
+    def flat_map(self, element: Tracked) -> Iterable[Tracked]:
+        children = [Tracked(element.value * 10 + k) for k in range(element.value % 4)]
+        Ledger.change(held=-1)
+        return children
+
+
+def delivered(output: Any) -> int:
+    return len(output) if isinstance(output, list) else 1
+
+
+def peak_while_consuming_slowly(loader: DataLoader, outputs: int = 400) -> int:
+    """Consume `outputs` slowly; return the most records the pipeline held at once.
+
+    Then close the iterator and check that it holds no record any more.
+    """
+    Ledger.start()
+    iterator = iter(loader)
+    for _ in range(outputs):
+        time.sleep(0.0005)  # a slow training step: only gives the pipeline more time to run ahead
+        Ledger.change(held=-delivered(next(iterator)))
+    iterator.close()
+    gc.collect()
+    assert Ledger.alive == 0, f"{Ledger.alive} records still alive after close()"
+    return Ledger.peak
+
+
+def loader(operations: list[Any], workers: int, window: int) -> DataLoader:
+    return DataLoader(
+        data_source=TrackedSource(),
+        sampler=IndexSampler(1_000_000, shuffle=True, seed=0),
+        operations=operations,
+        worker_count=workers,
+        read_options=ReadOptions(prefetch_buffer_size=window),
+    )
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 1, 2, 4])
+@pytest.mark.parametrize("window", [8, 100])
+def test_records_in_flight_are_bounded_by_the_prefetch_buffer(workers: int, window: int, repeat: int) -> None:
+    assert peak_while_consuming_slowly(loader([], workers, window)) <= window
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_are_bounded_too(workers: int) -> None:
+    assert peak_while_consuming_slowly(loader([Batch(10, batch_fn=list)], workers, 50), 100) <= 50
+
+
+def test_a_batch_larger_than_the_buffer_still_flows_one_at_a_time() -> None:
+    # Granted because nothing else is in flight: one batch at a time.
+    assert peak_while_consuming_slowly(loader([Batch(64, batch_fn=list)], 2, 10), 30) <= 64
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_tail_plan_is_bounded_by_records_plus_batches(workers: int, repeat: int) -> None:
+    window, size, fan_out = 60, 5, 3
+    operations = [KeepTwoThirds(), UpToThree(), Batch(size, batch_fn=list)]
+    bound = (
+        window * fan_out  # stage 1: the records read, or the elements they became
+        + (size - 1)  # the ordered tail: less than one batch
+        + (window // size) * size  # stage 2: the batches' own window
+    )
+    assert peak_while_consuming_slowly(loader(operations, workers, window), 300) <= bound

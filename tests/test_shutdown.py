@@ -1,0 +1,216 @@
+"""Contract 5: every way of stopping joins every thread the loader started within 2 s."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource
+from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Slow(MapTransform):
+    """A transform that takes a little while, so workers are busy when we stop."""
+
+    def map(self, element: Any) -> Any:
+        time.sleep(0.002)
+        return element
+
+
+def busy_loader(workers: int = 3) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, 10_000),
+        sampler=IndexSampler(10_000, shuffle=True, num_epochs=None, seed=0),
+        operations=[Slow(), Batch(4)],
+        worker_count=workers,
+    )
+
+
+def assert_all_joined() -> None:
+    leftover = wait_for_no_threads(2.0)
+    assert not leftover, [t.name for t in leftover]
+
+
+@repeated
+def test_leaving_the_loop_early(repeat: int) -> None:
+    for i, _ in enumerate(busy_loader()):
+        if i == 3:
+            break
+    assert_all_joined()
+
+
+@repeated
+def test_close_joins_before_returning(repeat: int) -> None:
+    iterator = iter(busy_loader())
+    next(iterator)
+    assert aioloader_threads()
+    iterator.close()
+    assert aioloader_threads() == []
+    iterator.close()  # idempotent
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+def test_context_manager_closes() -> None:
+    with iter(busy_loader()) as iterator:
+        next(iterator)
+    assert aioloader_threads() == []
+
+
+def test_close_before_the_first_batch() -> None:
+    iterator = iter(busy_loader())
+    iterator.close()
+    assert aioloader_threads() == []
+
+
+@repeated
+def test_garbage_collection(repeat: int) -> None:
+    iterator = iter(busy_loader())
+    next(iterator)
+    del iterator
+    assert_all_joined()
+
+
+def test_garbage_collection_of_a_reference_cycle() -> None:
+    iterator: Any = iter(busy_loader())
+    next(iterator)
+    iterator.cycle = iterator
+    del iterator
+    gc.collect()
+    assert_all_joined()
+
+
+@repeated
+def test_async_aclose_and_early_exit(repeat: int) -> None:
+    async def run() -> None:
+        iterator = aiter(busy_loader())
+        await anext(iterator)
+        await iterator.aclose()
+        assert aioloader_threads() == []
+        async for i, _ in _enumerate(busy_loader()):
+            if i == 2:
+                break
+
+    asyncio.run(run())
+    assert_all_joined()
+
+
+async def _enumerate(loader: DataLoader) -> Any:
+    i = 0
+    async for item in loader:
+        yield i, item
+        i += 1
+
+
+def test_thread_names_say_what_they_are() -> None:
+    with iter(busy_loader(2)) as iterator:
+        next(iterator)
+        names = sorted(t.name for t in aioloader_threads())
+    assert len(names) == 3
+    assert names[0].startswith("aioloader-loop-")
+    assert all(name.startswith("aioloader-worker-") for name in names[1:])
+
+
+CHILD_PRELUDE = """
+import atexit, json, os, signal, sys, threading, time
+sys.path.insert(0, {repo!r})
+from tests.test_shutdown import busy_loader
+def live():
+    return [t.name for t in threading.enumerate() if t.name.startswith("aioloader")]
+"""
+
+
+def run_child(body: str) -> dict[str, Any]:
+    script = CHILD_PRELUDE.format(repo=str(REPO)) + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the child (exit {done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["waiting-in-next", "in-the-loop-body"])
+def test_keyboard_interrupt(where: str) -> None:
+    result = run_child(
+        f"""
+        where = {where!r}
+        first = threading.Event()
+        def interrupt():
+            first.wait()
+            os.kill(os.getpid(), signal.SIGINT)
+        if where == "waiting-in-next":
+            threading.Thread(target=interrupt, daemon=True).start()
+        def train():
+            for batch in busy_loader():
+                first.set()
+                if where == "in-the-loop-body":
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)  # the training step, cut short by Ctrl-C
+        try:
+            train()
+        except KeyboardInterrupt:
+            deadline = time.monotonic() + 2
+            while live() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            handler = str(signal.getsignal(signal.SIGINT))
+            print(json.dumps({{"interrupted": True, "live": live(), "handler": handler}}))
+        """
+    )
+    assert result["interrupted"]
+    assert result["live"] == []
+    assert "default_int_handler" in result["handler"]  # put back once the loader closed
+
+
+def test_a_programs_own_sigint_handler_is_left_alone() -> None:
+    result = run_child(
+        """
+        mine = lambda signum, frame: None
+        signal.signal(signal.SIGINT, mine)
+        with iter(busy_loader()) as iterator:
+            next(iterator)
+            during = signal.getsignal(signal.SIGINT) is mine
+        print(json.dumps({"kept": during and signal.getsignal(signal.SIGINT) is mine}))
+        """
+    )
+    assert result == {"kept": True}
+
+
+def test_interpreter_exit_with_a_running_loader() -> None:
+    result = run_child(
+        """
+        # Registered first, so it runs last: after the loader's own exit hook.
+        atexit.register(lambda: print(json.dumps({"live_at_exit": live()}), flush=True))
+        iterator = iter(busy_loader())
+        next(iterator)
+        sys.exit(0)
+        """
+    )
+    assert result == {"live_at_exit": []}
+
+
+def test_a_thread_other_than_the_main_one_can_iterate() -> None:
+    seen: list[int] = []
+    thread = threading.Thread(target=lambda: seen.extend(len(b) for b in busy_loader_finite()))
+    thread.start()
+    thread.join()
+    assert sum(seen) == 50
+
+
+def busy_loader_finite() -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, 50),
+        sampler=IndexSampler(50),
+        operations=[Slow(), Batch(8)],
+        worker_count=2,
+    )
