@@ -91,7 +91,9 @@ class Case:
     seed: int = 11
 
     def sampler(self) -> IndexSampler:
-        return IndexSampler(self.num_records, shuffle=self.shuffle, num_epochs=self.num_epochs, seed=self.seed)
+        return IndexSampler(
+            self.num_records, shuffle=self.shuffle, num_epochs=self.num_epochs, seed=self.seed
+        )
 
     def loader(self, worker_count: int, **kwargs: Any) -> DataLoader:
         return DataLoader(
@@ -119,7 +121,9 @@ CASE_IDS = [case.name for case in CASES]
 
 def reference_outputs(source: Sequence[Any], sampler: IndexSampler, operations: Sequence[Any]) -> list[Any]:
     """The outputs, one record at a time, with Grain's semantics for metadata."""
-    stream: Iterator[tuple[Any, Any]] = ((source[sampler[i].record_key], sampler[i]) for i in range(len(sampler)))
+    stream: Iterator[tuple[Any, Any]] = (
+        (source[sampler[i].record_key], sampler[i]) for i in range(len(sampler))
+    )
     for op in operations:
         stream = _reference_op(op, stream)
     return [element for element, _ in stream]

@@ -34,6 +34,12 @@ def test_output_does_not_depend_on_read_options(case: Case, options: ReadOptions
 
 
 @repeated
-@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("fused-batch", "flatmap-batch", "ops-after-batch")], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c.name in ("fused-batch", "flatmap-batch", "ops-after-batch")],
+    ids=lambda c: c.name,
+)
 def test_many_workers_many_times(case: Case, repeat: int) -> None:
-    assert_same_outputs(list(case.loader(8, read_options=ReadOptions(prefetch_buffer_size=40))), expected(case))
+    assert_same_outputs(
+        list(case.loader(8, read_options=ReadOptions(prefetch_buffer_size=40))), expected(case)
+    )

@@ -70,7 +70,9 @@ def test_infinite_sampler_has_no_len() -> None:
 @pytest.mark.parametrize("num_records", [0, 1, 5, 8, 101])
 def test_shards_are_disjoint_and_cover_every_record(count: int, num_records: int) -> None:
     keys = [
-        IndexSampler(num_records, ShardOptions(i, count)).record_keys(0, len(IndexSampler(num_records, ShardOptions(i, count)))).tolist()
+        IndexSampler(num_records, ShardOptions(i, count))
+        .record_keys(0, len(IndexSampler(num_records, ShardOptions(i, count))))
+        .tolist()
         for i in range(count)
     ]
     flat = [k for shard in keys for k in shard]
@@ -118,7 +120,15 @@ def test_record_metadata_public_constructor() -> None:
         ({"num_records": 10, "shard_options": (0, 2)}, TypeError, "shard_options"),
         ({"num_records": 0, "num_epochs": None}, ValueError, "num_epochs=None"),
     ],
-    ids=["negative-records", "float-records", "zero-epochs", "negative-seed", "shuffle-str", "shard-tuple", "empty-forever"],
+    ids=[
+        "negative-records",
+        "float-records",
+        "zero-epochs",
+        "negative-seed",
+        "shuffle-str",
+        "shard-tuple",
+        "empty-forever",
+    ],
 )
 def test_bad_sampler_arguments_are_named(kwargs: dict, error: type, names: str) -> None:
     with pytest.raises(error, match=names):
