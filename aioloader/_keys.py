@@ -75,6 +75,10 @@ def read_grouped(
         return read(int(units[0]), offsets.tolist())
     order = np.argsort(units, kind="stable")
     cuts = np.flatnonzero(np.diff(units[order])) + 1
+    if len(cuts) == len(units) - 1:  # a unit per key (one record per chunk): nothing to group
+        return [
+            read(unit, [offset])[0] for unit, offset in zip(units.tolist(), offsets.tolist(), strict=True)
+        ]
     results: list[Any] = [None] * len(units)
     for group in np.split(order, cuts):
         slots = group.tolist()

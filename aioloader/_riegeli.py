@@ -39,6 +39,7 @@ FILE_SIGNATURE = bytes.fromhex(
 )
 
 _CHUNK_HEADER = struct.Struct("<QQQQQ")
+_DECODE_IN_PYTHON_UP_TO = 32  # records per chunk
 
 
 class FormatError(ValueError):
@@ -136,21 +137,40 @@ def decode_simple_chunk(header: ChunkHeader, data: memoryview, where: str) -> Re
     if start + sizes_length > len(data):
         raise FormatError("the record sizes run past the end of the chunk")
     sizes_end = start + sizes_length
-    sizes = read_varints(_decompress(compression, data[start:sizes_end], where), header.num_records)
-    values = _decompress(compression, data[sizes_end:], where)
-    if len(values) != header.decoded_data_size or int(sizes.sum()) != len(values):
+    sizes = _decompress(compression, data[start:sizes_end], 10 * header.num_records, where)
+    bounds = _bounds(sizes, header.num_records)
+    values = _decompress(compression, data[sizes_end:], header.decoded_data_size, where)
+    if len(values) != header.decoded_data_size or bounds[-1] != len(values):
         raise FormatError(
-            f"the records add up to {int(sizes.sum())} bytes and the values to {len(values)}, "
+            f"the records add up to {bounds[-1]} bytes and the values to {len(values)}, "
             f"but the chunk header says {header.decoded_data_size}"
         )
-    bounds = array("q", np.concatenate(([0], np.cumsum(sizes))).astype(np.int64).tobytes())
     return Records(values, bounds)
 
 
-def _decompress(compression: int, block: memoryview, where: str) -> bytes:
+def _bounds(sizes: bytes, count: int) -> array[int]:
+    """Where each of `count` records starts in the values, then where the last one ends."""
+    if count > _DECODE_IN_PYTHON_UP_TO:
+        ends = np.cumsum(read_varints(sizes, count))
+        return array("q", np.concatenate(([0], ends)).astype(np.int64).tobytes())
+    # numpy's fixed cost per call (tens of microseconds) would dwarf a small
+    # chunk: Grain's layout has one record per chunk.
+    bounds, pos = array("q", [0]), 0
+    for _ in range(count):
+        size, pos = read_varint(sizes, pos)
+        bounds.append(bounds[-1] + size)
+    if pos != len(sizes):
+        raise FormatError(f"{len(sizes) - pos} bytes follow the {count} record sizes")
+    return bounds
+
+
+def _decompress(compression: int, block: memoryview, limit: int, where: str) -> bytes:
+    """The bytes of `block`, which may not decompress to more than `limit` bytes."""
     if compression == NONE:
         return bytes(block)
     size, start = read_varint(block, 0)
+    if size > limit:  # checked first: a damaged size must not allocate gigabytes
+        raise FormatError(f"a block claims to decompress to {size} bytes, more than the {limit} expected")
     decompress = decompressor(compression, where)
     try:
         values = decompress(block[start:], size)
