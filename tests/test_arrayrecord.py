@@ -24,7 +24,7 @@ from aioloader import ArrayRecordDataSource, DataLoader, IndexSampler
 from aioloader import _compression as compression
 from aioloader._arrayrecord import READER_ENV, array_record_installed
 from tests.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
-from tests.conftest import repeated
+from tests.conftest import FREE_THREADED, repeated
 
 REPO = Path(__file__).resolve().parent.parent
 READERS = ["builtin", "array_record"] if array_record_installed() else ["builtin"]
@@ -185,6 +185,21 @@ def test_a_missing_codec_names_the_package_and_the_file(
     path = array_record_dir / BY_NAME["zstd"].file_name
     with pytest.raises(ModuleNotFoundError, match=rf"{re.escape(str(path))}.*zstd.*backports\.zstd"):
         ArrayRecordDataSource(path, reader="builtin")
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="only a free-threaded build can turn the GIL back on")
+def test_the_codecs_keep_the_gil_off() -> None:
+    # A fresh interpreter without PYTHON_GIL=0, so that an extension module
+    # not marked free-threading-safe would turn the GIL on (and warn).
+    code = (
+        "import sys; from aioloader._compression import decompressor, ZSTD, SNAPPY, BROTLI; "
+        "[decompressor(c, 'test') for c in (ZSTD, SNAPPY, BROTLI)]; print(sys._is_gil_enabled())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
 
 
 def test_the_reader_is_chosen_by_argument_then_environment(
