@@ -13,30 +13,43 @@ The pipeline, one private module per stage (see DESIGN.md and README.md):
     _loop_thread      the event loop thread behind `for batch in loader`
     _iterators        the sync and async iterators and their checkpoint state (_state)
 
+The data sources, one module each (_sources holds the protocols):
+
+    _arrayrecord      ArrayRecord files, through `array_record` or aioloader's own reader
+                      (_arrayrecord_file over _riegeli, _compression and _wire)
+    _parquet          Parquet rows by key, row groups cached within a memory bound (_cache)
+    _files            whole files as records, read with async I/O
+
 This file is the public API: everything a user imports comes from here.
 """
 
+from aioloader._arrayrecord import ArrayRecordDataSource
+from aioloader._files import FilesDataSource
 from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
 from aioloader._metadata import RecordMetadata
 from aioloader._operations import Batch, FilterTransform, FlatMapTransform, MapTransform, RandomMapTransform
 from aioloader._options import ReadOptions
+from aioloader._parquet import ParquetDataSource
 from aioloader._sampler import IndexSampler, SequentialSampler
 from aioloader._sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from aioloader._sources import AsyncDataSource, InMemoryDataSource, RandomAccessDataSource, RangeDataSource
 
 __all__ = [
+    "ArrayRecordDataSource",
     "AsyncDataLoaderIterator",
     "AsyncDataSource",
     "Batch",
     "DataLoader",
     "DataLoaderIterator",
+    "FilesDataSource",
     "FilterTransform",
     "FlatMapTransform",
     "InMemoryDataSource",
     "IndexSampler",
     "MapTransform",
     "NoSharding",
+    "ParquetDataSource",
     "RandomAccessDataSource",
     "RandomMapTransform",
     "RangeDataSource",

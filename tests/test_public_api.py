@@ -22,6 +22,9 @@ DESIGN_NAMES = {
     "Batch",
     "ReadOptions",
     "DataLoader",
+    "ArrayRecordDataSource",
+    "ParquetDataSource",
+    "FilesDataSource",
 }
 
 

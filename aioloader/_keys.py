@@ -1,0 +1,87 @@
+"""Record keys over consecutive units (files, chunks, row groups), and reads grouped by unit.
+
+Storage formats keep records in units that are read or decoded whole. A key
+maps to (unit, offset within the unit); a batch of keys is read with one
+call per distinct unit, and the results are put back in key order.
+"""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+class KeyIndex:
+    """Keys `[0, total)` laid over units of `counts[u]` records each, in order.
+
+    Immutable, so safe to share between threads. When every unit but the
+    last holds the same number of records (the usual layout), a lookup is a
+    division; otherwise it is a binary search.
+    """
+
+    def __init__(self, counts: Sequence[int] | np.ndarray) -> None:
+        self.counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        self.starts = np.concatenate(([0], np.cumsum(self.counts))).astype(np.int64)
+        self.total = int(self.starts[-1])
+        first = int(self.counts[0]) if len(self.counts) else 0
+        uniform = first > 0 and bool(np.all(self.counts[:-1] == first) and self.counts[-1] <= first)
+        self._stride = first if uniform else 0
+        self._ends: list[int] = [] if uniform else self.starts[1:].tolist()
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def locate(self, key: Any) -> tuple[int, int]:
+        """(unit, offset in that unit) of `key`; IndexError outside `[0, total)`."""
+        index = require_key(key, self.total)
+        if self._stride:
+            return divmod(index, self._stride)
+        unit = bisect_right(self._ends, index)
+        return unit, index - int(self.starts[unit])
+
+    def locate_many(self, keys: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Units and offsets of `keys`, as two int64 arrays."""
+        array = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if len(array) and (array.min() < 0 or array.max() >= self.total):
+            bad = array[(array < 0) | (array >= self.total)][0]
+            raise IndexError(f"`keys` must be in [0, {self.total}), got {int(bad)}.")
+        if self._stride:
+            return array // self._stride, array % self._stride
+        units = np.searchsorted(self.starts, array, side="right") - 1
+        return units, array - self.starts[units]
+
+
+def require_key(key: Any, total: int) -> int:
+    """`key` as an int in `[0, total)`, else IndexError (TypeError if it is not an integer)."""
+    index = operator.index(key)
+    if not 0 <= index < total:
+        raise IndexError(f"`key` must be in [0, {total}), got {index}.")
+    return index
+
+
+def read_grouped(
+    units: np.ndarray, offsets: np.ndarray, read: Callable[[int, list[int]], list[T]]
+) -> list[T]:
+    """`read(unit, offsets)` once per distinct unit; the results in the order of the inputs."""
+    if not len(units):
+        return []
+    if units[0] == units[-1] and bool(np.all(units == units[0])):
+        return read(int(units[0]), offsets.tolist())
+    order = np.argsort(units, kind="stable")
+    cuts = np.flatnonzero(np.diff(units[order])) + 1
+    if len(cuts) == len(units) - 1:  # a unit per key (one record per chunk): nothing to group
+        return [
+            read(unit, [offset])[0] for unit, offset in zip(units.tolist(), offsets.tolist(), strict=True)
+        ]
+    results: list[Any] = [None] * len(units)
+    for group in np.split(order, cuts):
+        slots = group.tolist()
+        for slot, value in zip(slots, read(int(units[slots[0]]), offsets[group].tolist()), strict=True):
+            results[slot] = value
+    return results

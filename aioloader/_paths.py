@@ -1,0 +1,38 @@
+"""The `paths` argument of the file-backed sources: one path, or a sequence of them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+
+def require_paths(paths: Any, *, must_exist: bool = True) -> tuple[str, ...]:
+    """`paths` as a non-empty tuple of strings, in order.
+
+    Accepts a `str` or `os.PathLike` (one file) or a sequence of them. With
+    `must_exist`, a path that is not a regular file is rejected at once,
+    naming it.
+    """
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    if not isinstance(paths, Sequence) or isinstance(paths, bytes):
+        raise TypeError(f"`paths` must be a path or a sequence of paths, got {type(paths).__name__}.")
+    if not paths:
+        raise ValueError("`paths` must name at least one file, got an empty sequence.")
+    found: list[str] = []
+    for i, path in enumerate(paths):
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"`paths[{i}]` must be a str or os.PathLike, got {path!r}.")
+        path = os.fsdecode(path)
+        if must_exist and not os.path.isfile(path):
+            raise FileNotFoundError(f"`paths[{i}]` is not a file: {path!r}.")
+        found.append(path)
+    return tuple(found)
+
+
+def describe_paths(paths: Sequence[str], shown: int = 3) -> str:
+    """A short form of `paths` for a repr: the first few and how many more."""
+    head = ", ".join(repr(p) for p in paths[:shown])
+    more = len(paths) - shown
+    return f"[{head}, ... {more} more]" if more > 0 else f"[{head}]"

@@ -1,0 +1,338 @@
+"""Random-access read throughput of the data sources, through the loader and in plain loops.
+
+    python -m benchmarks.sources_bench [--records N] [--files N] [--repeats R] [--quick]
+
+Every source reads the same records in the same global shuffle:
+
+* ArrayRecord: N records of 1 KiB written with the writer's default options,
+  read by the `array_record` data source in a plain loop (GIL build only: it
+  has no free-threaded wheels), then by ArrayRecordDataSource with each
+  reader this interpreter has.
+* Parquet: N rows (int, float, string, list of 16 ints; row groups of 1000),
+  read by pyarrow in a plain loop (`read_table`, then `slice(k, 1).to_pylist()`
+  per key), then by ParquetDataSource.
+* Files: N files of 4 KiB, each read after a simulated 2 ms latency, by a
+  sequential loop, then by FilesDataSource through the loader (16 reads in
+  flight, the default `ReadOptions.num_threads`). The latency is an awaited
+  wait (an async storage client) or a blocking sleep in the executor thread
+  where aiofiles makes its blocking calls (a slow disk).
+
+Our sources are timed alone (`__getitems__` over chunks of 64 keys, in this
+thread), then through DataLoader at 0, 1, 2 and 4 workers, twice: with a
+shuffled IndexSampler, and with the keys shuffled in advance (a sequential
+sampler over a permuted view of the source) so that the sampler's own cost
+is left out. "loader alone" rows read a RangeDataSource the same ways: the
+loader's ceiling on this machine.
+
+Each figure is the median of `--repeats` passes, each with a fresh source.
+The ArrayRecord file is written by the official writer: on a build where it
+does not install, by the interpreter that AIOLOADER_GIL_PYTHON names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from aioloader import (
+    ArrayRecordDataSource,
+    DataLoader,
+    FilesDataSource,
+    IndexSampler,
+    ParquetDataSource,
+    RangeDataSource,
+    SequentialSampler,
+)
+from aioloader._arrayrecord import array_record_installed
+
+WORKERS = (0, 1, 2, 4)
+LATENCY = 0.002
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Row:
+    source: str
+    how: str
+    records: int
+    seconds: float
+
+
+def timed(source: str, how: str, records: int, run: Callable[[], object], repeats: int) -> Row:
+    """The median time of `repeats` calls of `run`, each reading `records` records."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return Row(source, how, records, statistics.median(times))
+
+
+def shuffled_keys(count: int) -> list[int]:
+    return IndexSampler(count, shuffle=True, seed=0).record_keys(0, count).tolist()
+
+
+class Permuted:
+    """`source` seen through a fixed shuffle: key k is `source[order[k]]`."""
+
+    def __init__(self, source: Any, order: Sequence[int]) -> None:
+        self.source, self.order = source, order
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, key: int) -> Any:
+        return self.source[self.order[key]]
+
+    def __getitems__(self, keys: Sequence[int]) -> list[Any]:
+        order = self.order
+        return list(self.source.__getitems__([order[key] for key in keys]))
+
+
+def through_loader(make_source: Callable[[], Any], sampler: IndexSampler, workers: int) -> None:
+    for _ in DataLoader(data_source=make_source(), sampler=sampler, worker_count=workers):
+        pass
+
+
+def alone(make_source: Callable[[], Any], keys: list[int]) -> None:
+    source = make_source()
+    for start in range(0, len(keys), 64):
+        source.__getitems__(keys[start : start + 64])
+
+
+def source_rows(name: str, label: str, make_source: Callable[[], Any], count: int, repeats: int) -> list[Row]:
+    """Our source alone, then through the loader with both samplers at each worker count."""
+    keys = shuffled_keys(count)
+    rows = [
+        timed(name, f"{label} alone, `__getitems__` by 64", count, partial(alone, make_source, keys), repeats)
+    ]
+    shuffled = IndexSampler(count, shuffle=True, seed=0)
+    for workers in WORKERS:
+        run = partial(through_loader, make_source, shuffled, workers)
+        rows.append(timed(name, f"loader, {label}, shuffled sampler, {workers} workers", count, run, repeats))
+    in_advance = partial(Permuted, order=keys)
+    for workers in WORKERS:
+        run = partial(through_loader, lambda: in_advance(make_source()), SequentialSampler(count), workers)
+        rows.append(
+            timed(name, f"loader, {label}, keys shuffled in advance, {workers} workers", count, run, repeats)
+        )
+    return rows
+
+
+# ArrayRecord
+
+
+def write_array_record(path: str, count: int) -> None:
+    """`count` records of 1 KiB, half random, half repetitive, with the writer's default options."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    rng = random.Random(0)
+    writer = ArrayRecordWriter(path)
+    for i in range(count):
+        writer.write(rng.randbytes(1024) if i % 2 else bytes([i % 251]) * 1024)
+    writer.close()
+
+
+def make_array_record(directory: Path, count: int) -> Path | None:
+    path = directory / "records.array_record"
+    if array_record_installed():
+        write_array_record(str(path), count)
+        return path
+    python = os.environ.get("AIOLOADER_GIL_PYTHON")
+    if not python:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}
+    command = [python, "-m", "benchmarks.sources_bench", "--write", str(path), "--records", str(count)]
+    subprocess.run(command, cwd=REPO, env=env, check=True)
+    return path
+
+
+def bench_array_record(directory: Path, count: int, repeats: int) -> list[Row]:
+    path = make_array_record(directory, count)
+    if path is None:
+        print("ArrayRecord skipped: no array_record writer here, and AIOLOADER_GIL_PYTHON is not set.")
+        return []
+    rows = []
+    if array_record_installed():
+        from array_record.python.array_record_data_source import ArrayRecordDataSource as Official
+
+        def plain(keys: list[int]) -> None:
+            source = Official([str(path)])
+            for key in keys:
+                source[key]
+
+        run = partial(plain, shuffled_keys(count))
+        rows.append(timed("ArrayRecord", "array_record data source, plain loop", count, run, repeats))
+    for reader in ("array_record", "builtin") if array_record_installed() else ("builtin",):
+        make = partial(ArrayRecordDataSource, path, reader=reader)
+        rows += source_rows("ArrayRecord", f"reader={reader}", make, count, repeats)
+    return rows
+
+
+# Parquet
+
+
+def make_parquet(directory: Path, count: int) -> Path:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = np.arange(count)
+    table = pa.table(
+        {
+            "id": ids,
+            "score": (ids / 7).astype(np.float32),
+            "name": [f"record {i}" for i in range(count)],
+            "tokens": pa.array([list(range(i, i + 16)) for i in range(count)], pa.list_(pa.int32())),
+        }
+    )
+    path = directory / "rows.parquet"
+    pq.write_table(table, path, row_group_size=1000)
+    return path
+
+
+def bench_parquet(directory: Path, count: int, repeats: int) -> list[Row]:
+    import pyarrow.parquet as pq
+
+    path = make_parquet(directory, count)
+
+    def plain(keys: list[int]) -> None:
+        table = pq.read_table(path)
+        for key in keys:
+            table.slice(key, 1).to_pylist()
+
+    run = partial(plain, shuffled_keys(count))
+    rows = [timed("Parquet", "pyarrow read_table + slice(k, 1).to_pylist(), plain loop", count, run, repeats)]
+    return rows + source_rows(
+        "Parquet", "ParquetDataSource", partial(ParquetDataSource, path), count, repeats
+    )
+
+
+# Files
+
+
+class AwaitedLatencyFiles(FilesDataSource):
+    """Each read first awaits 2 ms, as an async storage client would."""
+
+    async def aget(self, key: int) -> bytes:
+        await asyncio.sleep(LATENCY)
+        return await super().aget(key)
+
+
+class BlockingLatencyFiles(FilesDataSource):
+    """Each read first blocks a thread of the loop's default executor for 2 ms, as a slow disk would."""
+
+    async def aget(self, key: int) -> bytes:
+        await asyncio.get_running_loop().run_in_executor(None, time.sleep, LATENCY)
+        return await super().aget(key)
+
+
+def bench_files(directory: Path, count: int, repeats: int) -> list[Row]:
+    paths = [directory / f"file-{i:05}.bin" for i in range(count)]
+    for i, path in enumerate(paths):
+        path.write_bytes(bytes([i % 251]) * 4096)
+
+    def sequential() -> None:
+        for path in paths:
+            time.sleep(LATENCY)
+            path.read_bytes()
+
+    async def consume(loader: DataLoader) -> None:
+        async for _ in loader:
+            pass
+
+    def async_for(workers: int) -> None:
+        loader = DataLoader(
+            data_source=AwaitedLatencyFiles(paths), sampler=IndexSampler(count), worker_count=workers
+        )
+        asyncio.run(consume(loader))
+
+    rows = [timed("Files", "sequential loop, 2 ms latency", count, sequential, repeats)]
+    for name, kind in (("awaited", AwaitedLatencyFiles), ("blocking", BlockingLatencyFiles)):
+        for workers in (0, 2):
+            run = partial(through_loader, partial(kind, paths), IndexSampler(count), workers)
+            rows.append(
+                timed("Files", f"loader `for`, {name} 2 ms latency, {workers} workers", count, run, repeats)
+            )
+    for workers in (0, 2):
+        how = f"loader `async for`, awaited 2 ms latency, {workers} workers"
+        rows.append(timed("Files", how, count, partial(async_for, workers), repeats))
+    return rows
+
+
+# The loader alone
+
+
+def bench_loader_alone(count: int, repeats: int) -> list[Row]:
+    rows = [
+        timed("loader alone", "plain loop over RangeDataSource", count, partial(list, range(count)), repeats)
+    ]
+    return rows + source_rows(
+        "loader alone", "RangeDataSource", partial(RangeDataSource, 0, count), count, repeats
+    )
+
+
+# Report
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table; each row's speed is also given relative to its source's first row."""
+    lines = [
+        "| source | how | records/s | ms per pass | vs first row |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    first: dict[str, float] = {}
+    for row in rows:
+        speed = row.records / row.seconds
+        base = first.setdefault(row.source, speed)
+        lines.append(
+            f"| {row.source} | {row.how} | {speed:,.0f} | {row.seconds * 1000:,.1f} | {speed / base:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def banner() -> str:
+    build = "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "GIL"
+    gil = "GIL on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "GIL off"
+    return f"CPython {sys.version.split()[0]} ({build} build, {gil}), {os.cpu_count()} CPUs"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Random-access read throughput of the data sources.")
+    parser.add_argument(
+        "--records", type=int, default=10_000, help="records in the ArrayRecord and Parquet files"
+    )
+    parser.add_argument("--files", type=int, default=400, help="files for FilesDataSource")
+    parser.add_argument("--repeats", type=int, default=3, help="passes per figure (the median is shown)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: little data, one pass")
+    parser.add_argument("--write", metavar="PATH", help=argparse.SUPPRESS)  # writes the ArrayRecord file
+    args = parser.parse_args(argv)
+    if args.write:
+        write_array_record(args.write, args.records)
+        return
+    if args.quick:
+        args.records, args.files, args.repeats = 1000, 40, 1
+    print(f"Data sources, random access: {banner()}; median of {args.repeats} passes.\n", flush=True)
+    with tempfile.TemporaryDirectory(prefix="aioloader-bench-") as tmp:
+        rows = bench_array_record(Path(tmp), args.records, args.repeats)
+        rows += bench_parquet(Path(tmp), args.records, args.repeats)
+        rows += bench_files(Path(tmp), args.files, args.repeats)
+        rows += bench_loader_alone(args.records, args.repeats)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""ParquetDataSource: rows of files written by `pyarrow.parquet.write_table`, read by key."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from aioloader import DataLoader, IndexSampler, ParquetDataSource
+from tests.conftest import repeated
+from tests.pipelines import assert_same_outputs
+
+ROW_GROUP = 37
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("score", pa.float32()),
+        ("flag", pa.bool_()),
+        ("name", pa.string()),
+        ("blob", pa.binary()),
+        ("tokens", pa.list_(pa.int32())),
+        ("weights", pa.large_list(pa.float64())),
+        ("maybe", pa.int16()),  # has nulls: comes back as Python ints and None
+    ]
+)
+
+
+def make_rows(start: int, count: int) -> list[dict[str, Any]]:
+    """The rows as a reader should return them (numpy scalars and arrays, str, bytes, None)."""
+    return [
+        {
+            "id": np.int64(i),
+            "score": np.float32(i / 4),
+            "flag": np.bool_(i % 3 == 0),
+            "name": f"row {i}",
+            "blob": bytes([i % 256]) * (i % 5),
+            "tokens": np.arange(i % 6, dtype=np.int32) + i,
+            "weights": np.full(i % 3, i / 2, dtype=np.float64),
+            "maybe": None if i % 4 == 0 else i % 1000,
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    columns = {name: [row[name] for row in rows] for name in SCHEMA.names}
+    columns["tokens"] = [row["tokens"].tolist() for row in rows]
+    columns["weights"] = [row["weights"].tolist() for row in rows]
+    pq.write_table(pa.table(columns, schema=SCHEMA), path, row_group_size=ROW_GROUP)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Two files (200 and 90 rows, row groups of 37), and every row in order."""
+    directory = tmp_path_factory.mktemp("parquet")
+    first, second = make_rows(0, 200), make_rows(200, 90)
+    paths = [write(directory / "a.parquet", first), write(directory / "b.parquet", second)]
+    return paths, first + second
+
+
+def test_rows_come_back_as_written(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    paths, rows = files
+    source = ParquetDataSource(paths)
+    assert len(source) == len(rows)
+    assert_same_outputs([source[key] for key in range(len(source))], rows)
+    assert_same_outputs(source.__getitems__(list(range(len(source)))), rows)
+    row = source[5]
+    assert type(row["id"]) is np.int64
+    assert type(row["score"]) is np.float32
+    assert type(row["flag"]) is np.bool_
+    assert type(row["name"]) is str
+    assert type(row["blob"]) is bytes
+    assert row["tokens"].dtype == np.int32
+
+
+def test_columns_select_and_order(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    paths, rows = files
+    source = ParquetDataSource(paths, columns=["name", "id"])
+    assert list(source[250]) == ["name", "id"]
+    assert source[250] == {"name": rows[250]["name"], "id": rows[250]["id"]}
+
+
+def test_arrays_are_fresh_copies(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    source = ParquetDataSource(files[0])
+    source[7]["tokens"][:] = -1
+    assert source[7]["tokens"].tolist() == list(range(7, 8))
+
+
+@pytest.mark.parametrize("workers", [0, 2, 4])
+def test_the_loader_reads_every_row(files: tuple[list[Path], list[dict[str, Any]]], workers: int) -> None:
+    paths, rows = files
+    sampler = IndexSampler(len(rows), shuffle=True, num_epochs=2, seed=9)
+    loader = DataLoader(
+        data_source=ParquetDataSource(paths, cache_bytes=30_000), sampler=sampler, worker_count=workers
+    )
+    wanted = [rows[key] for key in sampler.record_keys(0, 2 * len(rows)).tolist()]
+    assert_same_outputs(list(loader), wanted)
+
+
+def test_getitems_decodes_each_row_group_once(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    paths, rows = files
+    source = ParquetDataSource(paths)
+    keys = [0, 40, 1, 200, 36, 41, 201]  # row groups 0 and 1 of the first file, 0 of the second
+    assert_same_outputs(source.__getitems__(keys), [rows[key] for key in keys])
+    assert source.cache_statistics()[3:] == (0, 3)  # hits, misses: one decode per row group
+    source.__getitems__(keys)
+    assert source.cache_statistics()[3:] == (3, 3)
+
+
+def test_without_a_cache_each_call_decodes_again(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    source = ParquetDataSource(files[0], cache_bytes=0)
+    source.__getitems__([0, 1, 2])
+    source.__getitems__([0, 1, 2])
+    assert source.cache_statistics()[:2] == (0, 0)
+    assert source.cache_statistics().misses == 2
+
+
+def test_the_row_group_cache_stays_within_its_bound(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    paths, rows = files
+    one_group = ParquetDataSource(paths)
+    one_group[0]
+    bound = int(2.5 * one_group.cache_statistics().nbytes)  # room for two row groups
+    source = ParquetDataSource(paths, cache_bytes=bound)
+    for key in random.Random(2).sample(range(len(rows)), len(rows)):
+        assert_same_outputs([source[key]], [rows[key]])
+        statistics = source.cache_statistics()
+        assert statistics.nbytes <= bound
+    assert 1 <= statistics.entries < 9  # of nine row groups
+    assert statistics.misses > 9  # evicted row groups were decoded again
+
+
+@repeated
+def test_many_threads_read_one_source_at_once(
+    files: tuple[list[Path], list[dict[str, Any]]], repeat: int
+) -> None:
+    paths, rows = files
+    source = ParquetDataSource(paths, cache_bytes=20_000)  # small: threads evict each other's row groups
+    start = threading.Barrier(8)
+
+    def read_randomly(seed: int) -> None:
+        rng = random.Random(seed)
+        start.wait()
+        for _ in range(40):
+            keys = rng.choices(range(len(rows)), k=rng.randrange(1, 16))
+            got = [source[keys[0]]] if len(keys) == 1 else source.__getitems__(keys)
+            assert_same_outputs(got, [rows[key] for key in keys])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(read_randomly, [repeat * 8 + t for t in range(8)]))
+
+
+def test_a_file_that_is_not_parquet_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("id,name\n1,a\n")
+    with pytest.raises(ValueError, match=re.escape(f"`{path}` is not a readable Parquet file")):
+        ParquetDataSource(path)
+
+
+def test_a_missing_column_is_an_error_naming_the_file(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    path = files[0][0]
+    with pytest.raises(ValueError, match=rf"`columns` names \['nope'\], which `{re.escape(str(path))}`"):
+        ParquetDataSource(files[0], columns=["id", "nope"])
+
+
+@pytest.mark.parametrize(
+    ("columns", "error", "message"),
+    [("id", TypeError, "`columns` must be a sequence"), ([], ValueError, "at least one column")],
+    ids=["str", "empty"],
+)
+def test_bad_columns_are_named(
+    files: tuple[list[Path], list[dict[str, Any]]], columns: Any, error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        ParquetDataSource(files[0], columns=columns)
+
+
+def test_keys_outside_the_source_are_index_errors(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    source = ParquetDataSource(files[0])
+    with pytest.raises(IndexError, match=r"`key` must be in \[0, 290\), got 290"):
+        source[290]
+    with pytest.raises(IndexError, match="`keys`"):
+        source.__getitems__([-1])
+    assert "columns" not in repr(source)
+    assert "a.parquet" in repr(source)
