@@ -48,16 +48,22 @@ def inline_outputs(program: Program, position: Position, prefetch_buffer_size: i
     runner: asyncio.Runner | None = None
 
     def run(stage: int, payload: Any) -> tuple[Any, float]:
+        """Run one stage's segments; return the result and the seconds of synchronous work.
+
+        Awaited segments (async reads and maps) are not counted: waiting on
+        I/O is not work, and counting it would shrink the chunks, and with
+        them the reads in flight, to one record.
+        """
         nonlocal runner
         seconds = 0.0
         for k, segment in enumerate(program.stages[stage]):
-            started = time.perf_counter()
             if segment.on_loop:
                 runner = runner or asyncio.Runner()
                 payload = runner.run(program.arun_segment(stage, k, payload))
             else:
+                started = time.perf_counter()
                 payload = program.run_segment(stage, k, payload)
-            seconds += time.perf_counter() - started
+                seconds += time.perf_counter() - started
         return payload, seconds
 
     try:

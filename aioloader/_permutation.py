@@ -1,20 +1,30 @@
 """A keyed bijection on `[0, n)`, evaluated for many positions at once.
 
 The shuffle must be a real permutation of any size up to billions of records
-without storing it, so it is computed: a balanced Feistel network on the
-smallest even number of bits that covers `n` is a bijection on that power of
-two whatever its round function, and "cycle walking" (applying it again to the
-outputs that land at or beyond `n`) restricts it to a bijection on `[0, n)`.
-The domain is less than 4n, so a position needs fewer than 4 walks on average.
+without storing it, so it is computed, with a Feistel network on mixed radix:
+a position is split as `x = left * q + right` with `left < p`, `right < q`,
+and each round maps it to `right * p + (left + F(right)) % p`, which is a
+bijection on `[0, p * q)` whatever `F` is (the next round splits with the
+radices swapped). `p * q` is the smallest such product at least `n`, less
+than `n + sqrt(n) + 1`, so "cycle walking" (applying the network again to the
+rare outputs at or beyond `n`) is almost never needed, and restricts it to a
+bijection on `[0, n)`.
+
+`F` is multiply-shift hashing keyed per round. Many positions are computed
+with numpy; a few with plain ints, which skip numpy's fixed cost per call.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-ROUNDS = 6
+ROUNDS = 4  # even, so that the output is split like the input
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
+_MULTIPLIER = 0xD6E8FEB86659FD93  # odd: multiply-shift hashing needs an odd multiplier
+_NUMPY_FROM = 32  # from this many positions on, numpy beats plain ints
 
 
 def splitmix64(value: int) -> int:
@@ -25,16 +35,6 @@ def splitmix64(value: int) -> int:
     return value ^ (value >> 31)
 
 
-def _mix(values: np.ndarray) -> np.ndarray:
-    """The same finaliser on a uint64 array (numpy wraps uint64 products)."""
-    values = np.asarray(values ^ (values >> np.uint64(30)), dtype=np.uint64)
-    values = values * np.uint64(0xBF58476D1CE4E5B9)
-    values = values ^ (values >> np.uint64(27))
-    values = values * np.uint64(0x94D049BB133111EB)
-    mixed: np.ndarray = values ^ (values >> np.uint64(31))
-    return mixed
-
-
 class Permutation:
     """A bijection on `[0, size)` chosen by `key`; `permutation(positions)` maps many at once."""
 
@@ -42,23 +42,41 @@ class Permutation:
         if size < 1:
             raise ValueError(f"`size` must be at least 1, got {size}.")
         self.size = size
-        self._half_bits = max(1, ((size - 1).bit_length() + 1) // 2)
-        self._half_mask = np.uint64((1 << self._half_bits) - 1)
-        self._round_keys = [np.uint64(splitmix64(key ^ splitmix64(r))) for r in range(ROUNDS)]
+        self._p = max(1, math.isqrt(size - 1) + 1)
+        self._q = max(1, -(-size // self._p))
+        self._keys = [splitmix64(key ^ splitmix64(r)) for r in range(ROUNDS)]
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """Map `positions` (ints in `[0, size)`) to their images, as int64."""
-        values = positions.astype(np.uint64)
-        limit = np.uint64(self.size)
-        outside = np.ones(values.shape, dtype=bool)
-        while outside.any():
-            values[outside] = self._feistel(values[outside])
-            outside = values >= limit
-        return values.astype(np.int64)
+        if len(positions) < _NUMPY_FROM:
+            return np.array([self.one(p) for p in positions.tolist()], dtype=np.int64)
+        values = self._rounds_numpy(positions.astype(np.int64))
+        for i in np.flatnonzero(values >= self.size).tolist():
+            values[i] = self.one(int(values[i]), walking=True)
+        return values
 
-    def _feistel(self, values: np.ndarray) -> np.ndarray:
-        shift = np.uint64(self._half_bits)
-        left, right = values >> shift, values & self._half_mask
-        for round_key in self._round_keys:
-            left, right = right, left ^ (_mix(right ^ round_key) & self._half_mask)
-        return (left << shift) | right
+    def one(self, position: int, walking: bool = False) -> int:
+        """The image of one position (of an out-of-range image, when `walking`)."""
+        value = position if walking else self._rounds(position)
+        while value >= self.size:
+            value = self._rounds(value)
+        return value
+
+    def _rounds(self, value: int) -> int:
+        outer, inner = self._p, self._q
+        for key in self._keys:
+            left, right = divmod(value, inner)
+            mixed = (((right ^ key) * _MULTIPLIER) & _MASK64) >> 32
+            value = right * outer + (left + mixed) % outer
+            outer, inner = inner, outer
+        return value
+
+    def _rounds_numpy(self, values: np.ndarray) -> np.ndarray:
+        outer, inner = self._p, self._q
+        multiplier, shift = np.uint64(_MULTIPLIER), np.uint64(32)
+        for key in self._keys:
+            left, right = np.divmod(values, inner)
+            mixed = ((right.astype(np.uint64) ^ np.uint64(key)) * multiplier) >> shift
+            values = right * outer + (left + (mixed % np.uint64(outer)).astype(np.int64)) % outer
+            outer, inner = inner, outer
+        return values

@@ -145,7 +145,7 @@ class Program:
     # Synchronous steps: (arg, payload) -> payload.
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
-        keys = self.sampler.record_keys(job.start, job.start + job.count).tolist()
+        keys = self.sampler.record_keys(job.start, job.start + job.count)
         return RecordChunk(job.start, keys, job.skip, job.skip_outputs)
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:

@@ -65,18 +65,26 @@ class IndexSampler:
         require_int("index", index, minimum=0)
         if self.length is not None and index >= self.length:
             raise IndexError(f"index {index} is out of range for a sampler of length {self.length}.")
-        key = int(self.record_keys(index, index + 1)[0])
+        key = self.record_keys(index, index + 1)[0]
         return RecordMetadata.lazy(index, key, self.seed)
 
-    def record_keys(self, start: int, stop: int) -> np.ndarray:
-        """The record keys of indices `[start, stop)`, computed together (int64)."""
-        indices = np.arange(start, stop, dtype=np.int64)
-        epochs, positions = np.divmod(indices, self.shard_length)
-        if self.shuffle:
-            for epoch in np.unique(epochs).tolist():
-                in_epoch = epochs == epoch
-                positions[in_epoch] = self._permutation(epoch)(positions[in_epoch])
-        return positions + self._start
+    def record_keys(self, start: int, stop: int) -> list[int]:
+        """The record keys of indices `[start, stop)`, computed together.
+
+        Consecutive indices are a run of positions in one or two epochs, so
+        the work is one range, or one vectorised permutation, per epoch.
+        """
+        keys: list[int] = []
+        while start < stop:
+            epoch, first = divmod(start, self.shard_length)
+            count = min(stop - start, self.shard_length - first)
+            if self.shuffle:
+                positions = self._permutation(epoch)(np.arange(first, first + count, dtype=np.int64))
+                keys += (positions + self._start).tolist()
+            else:
+                keys += range(self._start + first, self._start + first + count)
+            start += count
+        return keys
 
     def _permutation(self, epoch: int) -> Permutation:
         found = self._permutations.get(epoch)

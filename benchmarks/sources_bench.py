@@ -82,7 +82,7 @@ def timed(source: str, how: str, records: int, run: Callable[[], object], repeat
 
 
 def shuffled_keys(count: int) -> list[int]:
-    return IndexSampler(count, shuffle=True, seed=0).record_keys(0, count).tolist()
+    return IndexSampler(count, shuffle=True, seed=0).record_keys(0, count)
 
 
 class Permuted:

@@ -98,7 +98,7 @@ def test_the_loader_reads_every_record(
     source = ArrayRecordDataSource(paths_of(array_record_dir, specs), reader=reader)
     sampler = IndexSampler(len(source), shuffle=True, num_epochs=2, seed=5)
     expected = expected_of(specs)
-    wanted = [expected[key] for key in sampler.record_keys(0, 2 * len(source)).tolist()]
+    wanted = [expected[key] for key in sampler.record_keys(0, 2 * len(source))]
     assert list(DataLoader(data_source=source, sampler=sampler, worker_count=workers)) == wanted
 
 

@@ -102,7 +102,7 @@ def test_the_loader_reads_every_row(files: tuple[list[Path], list[dict[str, Any]
     loader = DataLoader(
         data_source=ParquetDataSource(paths, cache_bytes=30_000), sampler=sampler, worker_count=workers
     )
-    wanted = [rows[key] for key in sampler.record_keys(0, 2 * len(rows)).tolist()]
+    wanted = [rows[key] for key in sampler.record_keys(0, 2 * len(rows))]
     assert_same_outputs(list(loader), wanted)
 
 
