@@ -1,16 +1,19 @@
 """`worker_count=0`: the whole pipeline in the caller's thread, one unit at a time.
 
 This is the debug mode: no worker thread, no event loop thread, the user's
-code on the caller's stack, and a cost close to a plain loop. The sync path
-is a generator; `async for` runs the concurrent pipeline with an executor
-that runs each segment right away on the loop's thread.
+code on the caller's stack, and a cost close to a plain loop. The pipeline is
+written once, as a generator that yields either outputs or an `Await` request
+for an asynchronous segment; `run_inline` answers those with a private event
+loop for `for`, and `arun_inline` awaits them on the running loop for
+`async for` (where the synchronous segments then run on the loop itself).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from aioloader._planner import ChunkPlanner
@@ -19,69 +22,99 @@ from aioloader._program import Outputs, Plan, Program
 from aioloader._tail import TailBatcher
 
 
-class InlineExecutor:
-    """Runs each segment at once in the calling thread (the loop's, for `async for`)."""
+@dataclass
+class Await:
+    """A request to await `coroutine` and send its result back."""
 
-    def __init__(self, program: Program) -> None:
-        self._program = program
-
-    async def run(self, stage: int, segment: int, payload: Any) -> tuple[Any, float]:
-        """Run one segment now, blocking the loop: the debug mode's trade."""
-        started = time.perf_counter()
-        return self._program.run_segment(stage, segment, payload), time.perf_counter() - started
-
-    def close(self, timeout: float = 2.0) -> bool:
-        """Nothing to stop: there are no threads."""
-        return True
-
-    async def aclose(self, timeout: float = 2.0) -> bool:
-        """Nothing to stop: there are no threads."""
-        return True
+    coroutine: Coroutine[Any, Any, Any]
 
 
-def inline_outputs(program: Program, position: Position, prefetch_buffer_size: int) -> Iterator[Outputs]:
-    """The pipeline's outputs, computed one chunk at a time in this thread."""
+Steps = Generator[Any, Any, None]
+
+
+def inline_steps(program: Program, position: Position, prefetch_buffer_size: int) -> Steps:
+    """The pipeline's outputs one unit at a time, yielding `Await`s for async segments."""
     batch = program.operations.batch
     unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
     planner = ChunkPlanner(position, program.sampler.length, unit, prefetch_buffer_size)
     tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
+    while (job := planner.next_job()) is not None:
+        result, seconds = yield from _run_stage(program, 0, job)
+        planner.observe(job.count, seconds)
+        units: list[Outputs] = []
+        if tail is None:
+            units.append(result)
+        else:
+            for batch_job in tail.push(result):
+                units.append((yield from _run_stage(program, 1, batch_job))[0])
+        # Hold no reference to what the consumer has while the next chunk is
+        # made, so that one unit at a time is alive.
+        del result
+        while units:
+            unit_outputs: Outputs = units.pop(0)
+            yield unit_outputs
+            if unit_outputs.failure is not None:
+                return
+            del unit_outputs
+    for batch_job in tail.finish() if tail is not None else ():
+        yield (yield from _run_stage(program, 1, batch_job))[0]
+
+
+def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any, tuple[Any, float]]:
+    """Run one stage's segments; return the result and the seconds of synchronous work.
+
+    Awaited segments (async reads and maps) are not counted: waiting on I/O is
+    not work, and counting it would shrink the chunks, and with them the reads
+    in flight, to one record.
+    """
+    seconds = 0.0
+    for k, segment in enumerate(program.stages[stage]):
+        if segment.on_loop:
+            payload = yield Await(program.arun_segment(stage, k, payload))
+        else:
+            started = time.perf_counter()
+            payload = program.run_segment(stage, k, payload)
+            seconds += time.perf_counter() - started
+    return payload, seconds
+
+
+def run_inline(steps: Steps) -> Iterator[Outputs]:
+    """The outputs of `steps`, awaiting its requests on a private event loop if it makes any."""
     runner: asyncio.Runner | None = None
-
-    def run(stage: int, payload: Any) -> tuple[Any, float]:
-        """Run one stage's segments; return the result and the seconds of synchronous work.
-
-        Awaited segments (async reads and maps) are not counted: waiting on
-        I/O is not work, and counting it would shrink the chunks, and with
-        them the reads in flight, to one record.
-        """
-        nonlocal runner
-        seconds = 0.0
-        for k, segment in enumerate(program.stages[stage]):
-            if segment.on_loop:
-                runner = runner or asyncio.Runner()
-                payload = runner.run(program.arun_segment(stage, k, payload))
-            else:
-                started = time.perf_counter()
-                payload = program.run_segment(stage, k, payload)
-                seconds += time.perf_counter() - started
-        return payload, seconds
-
     try:
-        while (job := planner.next_job()) is not None:
-            result, seconds = run(0, job)
-            planner.observe(job.count, seconds)
-            units = [result] if tail is None else [run(1, batch_job)[0] for batch_job in tail.push(result)]
-            # Hold no reference to what the consumer has while the next chunk
-            # is made, so that one unit at a time is alive.
-            del result
-            while units:
-                unit = units.pop(0)
-                yield unit
-                if unit.failure is not None:
-                    return
-                del unit
-        for batch_job in tail.finish() if tail is not None else ():
-            yield run(1, batch_job)[0]
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration:
+                return
+            if isinstance(step, Await):
+                runner = runner or asyncio.Runner()
+                answer = runner.run(step.coroutine)
+            else:
+                answer = None
+                yield step
+                del step
     finally:
+        steps.close()
         if runner is not None:
             runner.close()
+
+
+async def arun_inline(steps: Steps) -> AsyncIterator[Outputs]:
+    """The outputs of `steps`, awaiting its requests on the running loop."""
+    try:
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration:
+                return
+            if isinstance(step, Await):
+                answer = await step.coroutine
+            else:
+                answer = None
+                yield step
+                del step
+    finally:
+        steps.close()

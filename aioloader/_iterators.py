@@ -10,21 +10,21 @@ counter, so the per-output cost stays near a plain generator's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from aioloader import _interrupts as interrupts
 from aioloader._failures import Failure
-from aioloader._inline import InlineExecutor, inline_outputs
-from aioloader._loop_thread import LoopThread
-from aioloader._pipeline import Executor, Pipeline
+from aioloader._inline import arun_inline, inline_steps, run_inline
+from aioloader._loop_thread import AsyncSegments, LoopThread
+from aioloader._pipeline import Pipeline
 from aioloader._positions import Position
 from aioloader._program import Outputs
 from aioloader._state import make_state, read_state
-from aioloader._thread_executor import ThreadExecutor
+from aioloader._workers import WorkerThreads, thread_runner
 
 if TYPE_CHECKING:
     from aioloader._loader import DataLoader
@@ -83,36 +83,100 @@ class _Cursor:
         return position
 
 
-class _SyncEngine:
-    """Where a sync iterator's outputs come from: inline, or a loop thread."""
+class _ThreadedEngine:
+    """Worker threads over the pipeline's scheduler, and an event loop for async segments.
 
-    def __init__(self, loader: DataLoader, position: Position) -> None:
-        self._thread: LoopThread | None = None
-        self._inline: Iterator[Outputs] | None = None
-        if loader.worker_count == 0:
-            self._inline = inline_outputs(
-                loader.program(), position, loader.read_options.prefetch_buffer_size
-            )
-        else:
-            self._thread = LoopThread(lambda: _start_pipeline(loader, position))
-            interrupts.watch(self)
+    For `for`, the loop is a background thread started only if the program
+    has asynchronous segments; for `async for` it is the caller's loop.
+    """
+
+    def __init__(
+        self, loader: DataLoader, position: Position, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        program = loader.program()
+        self.pipeline = Pipeline(program, position, loader.read_options, loader.worker_count)
+        self._loop_thread: LoopThread | None = None
+        self._segments: AsyncSegments | None = None
+        if self.pipeline.needs_async_runner:
+            if loop is None:
+                self._loop_thread = LoopThread()
+                loop = self._loop_thread.loop
+            self._segments = AsyncSegments(self.pipeline, loop)
+            self.pipeline.use_async_runner(self._segments)
+        self._workers = WorkerThreads(
+            self.pipeline, thread_runner(program), loader.worker_count, "aioloader-worker"
+        )
 
     def next(self) -> tuple[Outputs, int] | None:
-        if self._inline is not None:
-            return next(((outputs, 0) for outputs in self._inline), None)
-        assert self._thread is not None
-        return self._thread.get()
+        return self.pipeline.get()
+
+    async def anext(self) -> tuple[Outputs, int] | None:
+        return await self.pipeline.aget()
 
     def release(self, weight: int) -> None:
-        if self._thread is not None and weight:
-            self._thread.release(weight)
+        if weight:
+            self.pipeline.release(weight)
+
+    def _stop(self) -> None:
+        self.pipeline.close()
+        if self._segments is not None:
+            self._segments.cancel()
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.close()
-            interrupts.unwatch(self)
-        if self._inline is not None:
-            self._inline.close()  # type: ignore[attr-defined]
+        """Stop everything and join every thread (any thread may call it)."""
+        self._stop()
+        self._workers.join()
+        if self._loop_thread is not None:
+            self._loop_thread.close()
+        interrupts.unwatch(self)
+
+    async def aclose(self) -> None:
+        """`close` on the consumer's loop: waits for the workers without blocking it."""
+        self._stop()
+        deadline = time.monotonic() + 2.0
+        while self._workers.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+
+class _InlineEngine:
+    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
+
+    def __init__(self, loader: DataLoader, position: Position) -> None:
+        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+        self._outputs = run_inline(steps)
+
+    def next(self) -> tuple[Outputs, int] | None:
+        outputs = next(self._outputs, None)
+        return None if outputs is None else (outputs, 0)
+
+    def release(self, weight: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._outputs.close()  # type: ignore[attr-defined]
+
+
+class _AsyncInlineEngine:
+    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
+
+    def __init__(self, loader: DataLoader, position: Position) -> None:
+        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+        self._outputs = arun_inline(steps)
+
+    async def anext(self) -> tuple[Outputs, int] | None:
+        try:
+            return await anext(self._outputs), 0
+        except StopAsyncIteration:
+            return None
+
+    def release(self, weight: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass  # no threads; the loop finalises the async generator
+
+    async def aclose(self) -> None:
+        await self._outputs.aclose()  # type: ignore[attr-defined]
 
 
 class _Holder:
@@ -173,10 +237,14 @@ class DataLoaderIterator(_Cursor):
                 self._j = 1
                 return self._items[0]
 
-    def _engine(self) -> _SyncEngine:
+    def _engine(self) -> _InlineEngine | _ThreadedEngine:
         if self._holder.engine is None:
-            self._holder.engine = _SyncEngine(self._loader, self._position())
-        engine: _SyncEngine = self._holder.engine
+            if self._loader.worker_count == 0:
+                self._holder.engine = _InlineEngine(self._loader, self._position())
+            else:
+                self._holder.engine = _ThreadedEngine(self._loader, self._position(), None)
+                interrupts.watch(self._holder.engine)
+        engine: _InlineEngine | _ThreadedEngine = self._holder.engine
         return engine
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -200,24 +268,6 @@ class DataLoaderIterator(_Cursor):
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-class _AsyncEngine:
-    """A pipeline on the caller's event loop, with its executor."""
-
-    def __init__(self, loader: DataLoader, position: Position) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.pipeline, self.executor = _start_pipeline(loader, position)
-
-    def close(self) -> None:
-        """Stop from any thread (garbage collection, `set_state`): cancel on the loop, join workers."""
-        self.executor.close()
-        with contextlib.suppress(RuntimeError):  # a closed loop took its tasks with it
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.pipeline.aclose()))
-
-    async def aclose(self) -> None:
-        await self.pipeline.aclose()
-        await self.executor.aclose()
 
 
 class AsyncDataLoaderIterator(_Cursor):
@@ -250,13 +300,10 @@ class AsyncDataLoaderIterator(_Cursor):
                 raise error
             if self._closed:
                 raise StopAsyncIteration
-            if self._holder.engine is None:
-                self._holder.engine = _AsyncEngine(self._loader, self._position())
-            engine: _AsyncEngine = self._holder.engine
-            if weight := self._finish_unit():
-                engine.pipeline.release(weight)
+            engine = self._engine()
+            engine.release(self._finish_unit())
             try:
-                found = await engine.pipeline.next()
+                found = await engine.anext()
             except BaseException:
                 await self.aclose()
                 raise
@@ -267,6 +314,17 @@ class AsyncDataLoaderIterator(_Cursor):
             if self._count:
                 self._j = 1
                 return self._items[0]
+
+    def _engine(self) -> _AsyncInlineEngine | _ThreadedEngine:
+        if self._holder.engine is None:
+            if self._loader.worker_count == 0:
+                self._holder.engine = _AsyncInlineEngine(self._loader, self._position())
+            else:
+                self._holder.engine = _ThreadedEngine(
+                    self._loader, self._position(), asyncio.get_running_loop()
+                )
+        engine: _AsyncInlineEngine | _ThreadedEngine = self._holder.engine
+        return engine
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from `state` (made by `get_state` of a loader with the same pipeline)."""
@@ -291,13 +349,3 @@ class AsyncDataLoaderIterator(_Cursor):
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _start_pipeline(loader: DataLoader, position: Position) -> tuple[Pipeline, Executor]:
-    """A new program, executor and pipeline from `position` (call on the loop that runs it)."""
-    program = loader.program()
-    workers = loader.worker_count
-    executor: Executor = (
-        InlineExecutor(program) if workers == 0 else ThreadExecutor(program, workers, "aioloader")
-    )
-    return Pipeline(program, executor, position, loader.read_options, max(1, workers)), executor

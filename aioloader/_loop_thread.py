@@ -1,10 +1,10 @@
-"""The sync iterator's engine: an event loop in a background thread.
+"""Asynchronous segments for the workers: an event loop that awaits them.
 
-The loop thread runs the pipeline and puts each unit of outputs on a
-`queue.SimpleQueue`; the consumer takes them in its own thread. A unit is a
-chunk's or a batch job's outputs, never a single record, so the hand-off
-costs little per output. Nothing bounds the queue itself: everything in it
-still counts against the pipeline's window until the consumer releases it.
+`AsyncSegments` takes a job whose next segment is asynchronous (an async
+source's reads, an `async def` map), awaits its segments on a loop, and hands
+the job back to the pipeline. For `async for` that loop is the caller's; for
+`for`, `LoopThread` runs one in a background thread, started only when the
+program has asynchronous segments.
 """
 
 from __future__ import annotations
@@ -12,90 +12,76 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import queue
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from aioloader._pipeline import Executor, Pipeline
-from aioloader._program import Outputs
+from aioloader._pipeline import Pipeline, Work
 
 _names = itertools.count()
 
 
-@dataclass
-class _Raised:
-    error: BaseException
+class AsyncSegments:
+    """Awaits jobs' asynchronous segments on `loop`, then returns them to `pipeline`."""
 
+    def __init__(self, pipeline: Pipeline, loop: asyncio.AbstractEventLoop) -> None:
+        self._pipeline, self._loop = pipeline, loop
+        self._tasks: set[asyncio.Task[None]] = set()
 
-_END = object()
+    def submit(self, work: Work) -> None:
+        """Run `work`'s asynchronous segments (from any thread)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the pipeline is closing
+            self._loop.call_soon_threadsafe(self._start, work)
+
+    def _start(self, work: Work) -> None:
+        task = self._loop.create_task(self._run(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, work: Work) -> None:
+        program, pipeline = self._pipeline.program, self._pipeline
+        try:
+            segments = program.stages[work.stage]
+            while work.segment < len(segments) and segments[work.segment].on_loop:
+                work.payload = await program.arun_segment(work.stage, work.segment, work.payload)
+                work.segment += 1
+            pipeline.resume(work)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            pipeline.fail(error)
+
+    def cancel(self) -> None:
+        """Cancel every segment in progress (from any thread)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._cancel_now)
+
+    def _cancel_now(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
 
 class LoopThread:
-    """Runs `make()`'s pipeline on a private loop in thread `aioloader-loop-{n}`."""
+    """An event loop running in daemon thread `aioloader-loop-{n}` until `close`."""
 
-    def __init__(self, make: Callable[[], tuple[Pipeline, Executor]]) -> None:
-        self._make = make
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._loop = asyncio.new_event_loop()
-        self._pipeline: Pipeline | None = None
-        self._executor: Executor | None = None
-        # Made before the thread starts, so that `close` can always cancel it.
-        self._task = self._loop.create_task(self._pump())
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
         self.name = f"aioloader-loop-{next(_names)}"
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
 
     def _main(self) -> None:
         try:
-            self._loop.run_until_complete(self._task)
-        except BaseException as error:
-            self._queue.put(_Raised(error))
+            self.loop.run_forever()
         finally:
-            # Cleanup runs here, not in `_pump`, so that a cancellation cannot cut it short.
-            if self._pipeline is not None:
-                self._loop.run_until_complete(self._pipeline.aclose())
-            if self._executor is not None:
-                self._executor.close()
-            self._loop.close()
-
-    async def _pump(self) -> None:
-        self._pipeline, self._executor = self._make()
-        try:
-            while (found := await self._pipeline.next()) is not None:
-                self._queue.put(found)
-                del found  # the consumer owns it now; do not keep it alive while waiting
-            self._queue.put(_END)
-        except Exception as error:
-            self._queue.put(_Raised(error))
-
-    def get(self) -> tuple[Outputs, int] | None:
-        """The next outputs and their weight (blocking), or None at the end."""
-        item = self._queue.get()
-        if item is _END:
-            return None
-        if isinstance(item, _Raised):
-            raise item.error
-        return item  # type: ignore[return-value]
-
-    def release(self, weight: int) -> None:
-        """Tell the pipeline the consumer is done with outputs of `weight` (any thread)."""
-        pipeline = self._pipeline
-        if pipeline is not None:
-            self._call_soon(pipeline.release, weight)
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            pending = asyncio.all_tasks(self.loop)
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
 
     def close(self, timeout: float = 2.0) -> None:
-        """Stop the pipeline and join the loop thread (which joins the workers)."""
-        if self._thread is threading.current_thread():
-            return
-        self._call_soon(self._task.cancel)
-        self._thread.join(timeout)
-        # What the consumer never took must not outlive the loader, and a
-        # consumer that asks again must find the end, not wait forever.
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self._queue.put(_END)
-
-    def _call_soon(self, callback: Callable[..., object], *args: object) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has finished: nothing left to tell
-            self._loop.call_soon_threadsafe(callback, *args)
+        """Stop the loop, cancelling what runs on it, and join the thread."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -49,12 +49,17 @@ class ChunkPlanner:
         units = max(1, -(-wanted // self._unit))
         return min(units * self._unit, self._max)
 
+    def peek(self) -> int:
+        """How many records the next chunk will hold; 0 once the sampler is exhausted."""
+        if self._length is None:
+            return self.next_size()
+        return max(0, min(self.next_size(), self._length - self._next))
+
     def next_job(self) -> ChunkJob | None:
         """The next chunk, or None once the sampler is exhausted."""
-        remaining = None if self._length is None else self._length - self._next
-        if remaining is not None and remaining <= 0:
+        count = self.peek()
+        if count == 0:
             return None
-        count = self.next_size() if remaining is None else min(self.next_size(), remaining)
         job = ChunkJob(self._next, count, self._skip, self._skip_outputs)
         self._next += count
         self._skip = self._skip_outputs = 0

@@ -1,9 +1,11 @@
-"""The bound on work in flight: a weighted, closable semaphore for the event loop."""
+"""The bound on work in flight: a weighted count with a capacity.
+
+A `Window` has no lock of its own: the pipeline changes it under the
+pipeline's lock, together with the queues it guards.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from typing import NamedTuple
 
 
@@ -15,66 +17,29 @@ class WindowStatistics(NamedTuple):
     peak: int
 
 
-class WindowClosedError(Exception):
-    """Raised to a waiter when the window is closed while it waits."""
-
-
 class Window:
-    """At most `capacity` units (records or batches) in flight; loop-only, not thread-safe.
+    """At most `capacity` units (records or batches) in flight.
 
-    A request bigger than the capacity is granted when nothing else is in
-    flight, so that one oversized unit of work cannot deadlock the pipeline.
-    Waiters are served first come, first served.
+    A request bigger than the capacity fits when nothing else is in flight,
+    so that one oversized unit of work cannot stall the pipeline.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._in_use = self._peak = 0
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._closed = False
 
-    def _fits(self, weight: int) -> bool:
+    def fits(self, weight: int) -> bool:
+        """True when `weight` more units may be taken now."""
         return self._in_use == 0 or self._in_use + weight <= self.capacity
 
-    async def acquire(self, weight: int) -> None:
-        """Wait until `weight` more units fit, then take them."""
-        if self._closed:
-            raise WindowClosedError("the window is closed")
-        if not self._waiters and self._fits(weight):
-            self._take(weight)
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append((weight, waiter))
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self.release(weight)  # granted, then cancelled before we could use it
-            raise
-        finally:
-            if (weight, waiter) in self._waiters:
-                self._waiters.remove((weight, waiter))
-
-    def release(self, weight: int) -> None:
-        """Give back `weight` units and wake the waiters that now fit."""
-        self._in_use -= weight
-        while self._waiters and self._fits(self._waiters[0][0]):
-            weight, waiter = self._waiters.popleft()
-            if not waiter.done():
-                self._take(weight)
-                waiter.set_result(None)
-
-    def _take(self, weight: int) -> None:
+    def take(self, weight: int) -> None:
+        """Count `weight` more units in flight (after `fits`)."""
         self._in_use += weight
         self._peak = max(self._peak, self._in_use)
 
-    def close(self) -> None:
-        """Fail every waiter and every later `acquire`."""
-        self._closed = True
-        while self._waiters:
-            _, waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(WindowClosedError("the window is closed"))
+    def release(self, weight: int) -> None:
+        """Count `weight` units as no longer in flight."""
+        self._in_use -= weight
 
     def statistics(self) -> WindowStatistics:
         """What the window holds now, its capacity, and the most it has held."""

@@ -118,9 +118,23 @@ def test_thread_names_say_what_they_are() -> None:
     with iter(busy_loader(2)) as iterator:
         next(iterator)
         names = sorted(t.name for t in aioloader_threads())
-    assert len(names) == 3
+    assert names == ["aioloader-worker-0", "aioloader-worker-1"]  # no event loop: nothing to await
+
+
+async def _double(element: Any) -> Any:
+    return element * 2
+
+
+def test_an_event_loop_thread_runs_only_for_async_segments() -> None:
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 100), sampler=IndexSampler(100), operations=[_double], worker_count=1
+    )
+    with iter(loader) as iterator:
+        assert next(iterator) == 0
+        names = sorted(t.name for t in aioloader_threads())
     assert names[0].startswith("aioloader-loop-")
-    assert all(name.startswith("aioloader-worker-") for name in names[1:])
+    assert names[1:] == ["aioloader-worker-0"]
+    assert aioloader_threads() == []
 
 
 CHILD_PRELUDE = """
