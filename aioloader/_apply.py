@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -73,23 +75,23 @@ def apply(op: Op, run: Run, seed: int) -> None:
 
 
 def _map(op: Op, run: Run) -> None:
-    fn = op.function()
-    out: list[Any] = []
-    append = out.append
-    try:
-        for element in run.items:
-            append(fn(element))
-    except Exception as error:
-        run.fail(len(out), error, op.label)
-    run.items = out
+    _extend(op, run, map(op.function(), run.items))
 
 
 def _random_map(op: Op, run: Run, seed: int) -> None:
-    fn = op.function()
+    rngs = map(run.rng_of, run.origin_list(), itertools.repeat(seed))
+    _extend(op, run, map(op.function(), run.items, rngs))
+
+
+def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
+    """Collect one result per element at C speed, keeping track of a failure.
+
+    `list.extend` keeps what it appended before the iterator raised, so the
+    length of `out` is the index of the element that failed.
+    """
     out: list[Any] = []
     try:
-        for element, origin in zip(run.items, run.origin_list(), strict=True):
-            out.append(fn(element, run.rng_of(origin, seed)))
+        out.extend(results)
     except Exception as error:
         run.fail(len(out), error, op.label)
     run.items = out

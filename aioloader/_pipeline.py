@@ -147,6 +147,8 @@ class Pipeline:
             self._async_runner.submit(work)
             return
         with self._lock:
+            if self._closed:
+                return  # nobody will take it: keep nothing
             if work.segment < len(segments):
                 self._resumable.append(work)
                 self._work_ready.notify()

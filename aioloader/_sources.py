@@ -55,8 +55,7 @@ class InMemoryDataSource:
         return self._seq[key]
 
     def __getitems__(self, keys: Sequence[int]) -> list[Any]:
-        seq = self._seq
-        return [seq[key] for key in keys]
+        return list(map(self._seq.__getitem__, keys))
 
     def __repr__(self) -> str:
         return f"InMemoryDataSource(<{type(self._seq).__name__} of {len(self._seq)}>)"
@@ -79,8 +78,7 @@ class RangeDataSource:
         return self._range[key]
 
     def __getitems__(self, keys: Sequence[int]) -> list[int]:
-        values = self._range
-        return [values[key] for key in keys]
+        return list(map(self._range.__getitem__, keys))
 
     def __repr__(self) -> str:
         r = self._range

@@ -1,0 +1,154 @@
+"""Where an iterator's outputs come from: the engines behind `for` and `async for`.
+
+* `ThreadedEngine`: worker threads over the pipeline's scheduler, plus an
+  event loop for asynchronous segments (a background thread for `for`, only
+  if the program has such segments; the caller's loop for `async for`).
+* `InlineEngine` / `AsyncInlineEngine`: `worker_count=0`, the pipeline run by
+  the consumer itself as it asks.
+
+Each gives units of outputs with their window weight (`next`/`anext`), takes
+the weight back when the consumer is done with a unit (`release`), and stops
+everything it started (`close`/`aclose`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from aioloader import _interrupts as interrupts
+from aioloader._inline import arun_inline, inline_steps, run_inline
+from aioloader._loop_thread import AsyncSegments, LoopThread
+from aioloader._pipeline import Pipeline
+from aioloader._positions import Position
+from aioloader._program import Outputs
+from aioloader._workers import WorkerThreads, thread_runner
+
+if TYPE_CHECKING:
+    from aioloader._loader import DataLoader
+
+
+class ThreadedEngine:
+    """Worker threads over the pipeline's scheduler, and an event loop for async segments.
+
+    For `for`, the loop is a background thread started only if the program
+    has asynchronous segments; for `async for` it is the caller's loop.
+    """
+
+    def __init__(
+        self, loader: DataLoader, position: Position, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        program = loader.program()
+        self.pipeline = Pipeline(program, position, loader.read_options, loader.worker_count)
+        self._loop_thread: LoopThread | None = None
+        self._segments: AsyncSegments | None = None
+        if self.pipeline.needs_async_runner:
+            if loop is None:
+                self._loop_thread = LoopThread()
+                loop = self._loop_thread.loop
+            self._segments = AsyncSegments(self.pipeline, loop)
+            self.pipeline.use_async_runner(self._segments)
+        self._workers = WorkerThreads(
+            self.pipeline, thread_runner(program), loader.worker_count, "aioloader-worker"
+        )
+
+    def next(self) -> tuple[Outputs, int] | None:
+        return self.pipeline.get()
+
+    async def anext(self) -> tuple[Outputs, int] | None:
+        return await self.pipeline.aget()
+
+    def release(self, weight: int) -> None:
+        if weight:
+            self.pipeline.release(weight)
+
+    def _stop(self) -> None:
+        self.pipeline.close()
+        if self._segments is not None:
+            self._segments.cancel()
+
+    def close(self) -> None:
+        """Stop everything and join every thread (any thread may call it)."""
+        self._stop()
+        self._workers.join()
+        if self._loop_thread is not None:
+            self._loop_thread.close()
+        interrupts.unwatch(self)
+
+    async def aclose(self) -> None:
+        """`close` on the consumer's loop: waits for the workers without blocking it."""
+        self._stop()
+        deadline = time.monotonic() + 2.0
+        while self._workers.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+
+class InlineEngine:
+    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
+
+    def __init__(self, loader: DataLoader, position: Position) -> None:
+        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+        self._outputs = run_inline(steps)
+
+    def next(self) -> tuple[Outputs, int] | None:
+        outputs = next(self._outputs, None)
+        return None if outputs is None else (outputs, 0)
+
+    def release(self, weight: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._outputs.close()  # type: ignore[attr-defined]
+
+
+class AsyncInlineEngine:
+    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
+
+    def __init__(self, loader: DataLoader, position: Position) -> None:
+        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+        self._outputs = arun_inline(steps)
+
+    async def anext(self) -> tuple[Outputs, int] | None:
+        try:
+            return await anext(self._outputs), 0
+        except StopAsyncIteration:
+            return None
+
+    def release(self, weight: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass  # no threads; the loop finalises the async generator
+
+    async def aclose(self) -> None:
+        await self._outputs.aclose()  # type: ignore[attr-defined]
+
+
+class EngineHolder:
+    """Owns the current engine; the iterator's finalizer closes it without a reference
+    to the iterator itself, so that garbage collection can run it."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
+
+
+def sync_engine(loader: DataLoader, position: Position) -> InlineEngine | ThreadedEngine:
+    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
+    if loader.worker_count == 0:
+        return InlineEngine(loader, position)
+    engine = ThreadedEngine(loader, position, None)
+    interrupts.watch(engine)
+    return engine
+
+
+def async_engine(loader: DataLoader, position: Position) -> AsyncInlineEngine | ThreadedEngine:
+    """The engine for `async for`, on the running loop."""
+    if loader.worker_count == 0:
+        return AsyncInlineEngine(loader, position)
+    return ThreadedEngine(loader, position, asyncio.get_running_loop())
