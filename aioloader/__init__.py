@@ -24,6 +24,7 @@ This file is the public API: everything a user imports comes from here.
 """
 
 from aioloader._arrayrecord import ArrayRecordDataSource
+from aioloader._device import DevicePut
 from aioloader._files import FilesDataSource
 from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
@@ -42,6 +43,7 @@ __all__ = [
     "Batch",
     "DataLoader",
     "DataLoaderIterator",
+    "DevicePut",
     "FilesDataSource",
     "FilterTransform",
     "FlatMapTransform",

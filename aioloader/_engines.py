@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aioloader import _interrupts as interrupts
+from aioloader._device import DeviceEngine
 from aioloader._inline import arun_inline, inline_steps, run_inline
 from aioloader._loop_thread import AsyncSegments, LoopThread
 from aioloader._pipeline import Pipeline
@@ -74,7 +75,6 @@ class ThreadedEngine:
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
-        interrupts.unwatch(self)
 
     async def aclose(self) -> None:
         """`close` on the consumer's loop: waits for the workers without blocking it."""
@@ -136,19 +136,44 @@ class EngineHolder:
         engine, self.engine = self.engine, None
         if engine is not None:
             engine.close()
+            interrupts.unwatch(engine)
 
 
-def sync_engine(loader: DataLoader, position: Position) -> InlineEngine | ThreadedEngine:
+class SyncEngine(Protocol):
+    """What `for` needs of an engine."""
+
+    def next(self) -> tuple[Outputs, int] | None: ...
+    def release(self, weight: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class AsyncEngine(Protocol):
+    """What `async for` needs of an engine."""
+
+    async def anext(self) -> tuple[Outputs, int] | None: ...
+    def release(self, weight: int) -> None: ...
+    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+def sync_engine(loader: DataLoader, position: Position) -> SyncEngine:
     """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
     if loader.worker_count == 0:
-        return InlineEngine(loader, position)
-    engine = ThreadedEngine(loader, position, None)
-    interrupts.watch(engine)
-    return engine
+        return _with_device(loader, InlineEngine(loader, position))  # type: ignore[no-any-return]
+    return _with_device(loader, ThreadedEngine(loader, position, None))  # type: ignore[no-any-return]
 
 
-def async_engine(loader: DataLoader, position: Position) -> AsyncInlineEngine | ThreadedEngine:
+def async_engine(loader: DataLoader, position: Position) -> AsyncEngine:
     """The engine for `async for`, on the running loop."""
     if loader.worker_count == 0:
-        return AsyncInlineEngine(loader, position)
-    return ThreadedEngine(loader, position, asyncio.get_running_loop())
+        return _with_device(loader, AsyncInlineEngine(loader, position))  # type: ignore[no-any-return]
+    loop = asyncio.get_running_loop()
+    return _with_device(loader, ThreadedEngine(loader, position, loop))  # type: ignore[no-any-return]
+
+
+def _with_device(loader: DataLoader, engine: Any) -> Any:
+    if loader.device_put is not None:
+        engine = DeviceEngine(engine, loader.device_put, threaded=loader.worker_count > 0)
+    if loader.worker_count > 0:
+        interrupts.watch(engine)
+    return engine

@@ -21,14 +21,8 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from aioloader._engines import (
-    AsyncInlineEngine,
-    EngineHolder,
-    InlineEngine,
-    ThreadedEngine,
-    async_engine,
-    sync_engine,
-)
+from aioloader import _interrupts as interrupts
+from aioloader._engines import AsyncEngine, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._failures import Failure
 from aioloader._positions import Position
 from aioloader._program import Outputs
@@ -176,7 +170,7 @@ def _units(cursor: _Cursor) -> Iterator[Iterator[Any]]:
             return
         if cursor.holder.engine is None:
             cursor.holder.engine = sync_engine(cursor.loader, cursor.position())
-        engine: InlineEngine | ThreadedEngine = cursor.holder.engine
+        engine: SyncEngine = cursor.holder.engine
         engine.release(cursor.finish_unit())
         try:
             found = engine.next()
@@ -222,7 +216,7 @@ class AsyncDataLoaderIterator:
                 raise StopAsyncIteration
             if cursor.holder.engine is None:
                 cursor.holder.engine = async_engine(cursor.loader, cursor.position())
-            engine: AsyncInlineEngine | ThreadedEngine = cursor.holder.engine
+            engine: AsyncEngine = cursor.holder.engine
             engine.release(cursor.finish_unit())
             try:
                 found = await engine.anext()
@@ -252,6 +246,7 @@ class AsyncDataLoaderIterator:
         cursor.stop()
         if engine is not None:
             await engine.aclose()
+            interrupts.unwatch(engine)
 
     async def __aenter__(self) -> AsyncDataLoaderIterator:
         return self

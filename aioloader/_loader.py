@@ -6,6 +6,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from aioloader._device import DevicePut
 from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._operations import compile_operations
 from aioloader._options import ReadOptions
@@ -28,7 +29,8 @@ class DataLoader:
 
     `worker_count=0` runs everything in the caller's thread (the debug mode);
     `worker_count=N` runs reads and operations on N worker threads, each with
-    its own deep copy of the operations.
+    its own deep copy of the operations. `device_put=DevicePut(...)` puts each
+    output on the accelerator ahead of the consumer.
     """
 
     def __init__(
@@ -40,7 +42,7 @@ class DataLoader:
         worker_count: int = 0,
         executor: str = "thread",
         read_options: ReadOptions | None = None,
-        device_put: Any = None,
+        device_put: DevicePut | None = None,
     ) -> None:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
@@ -50,11 +52,12 @@ class DataLoader:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
         if read_options is not None and not isinstance(read_options, ReadOptions):
             raise TypeError(f"`read_options` must be a ReadOptions or None, got {read_options!r}.")
-        if device_put is not None:
-            raise ValueError(f"`device_put` is not supported yet; got {device_put!r}.")
+        if device_put is not None and not isinstance(device_put, DevicePut):
+            raise TypeError(f"`device_put` must be a DevicePut or None, got {device_put!r}.")
         if worker_count > 0:
             _check_copyable(operations)
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
+        self.device_put = device_put
         self.read_options = read_options or ReadOptions()
         self._description = {
             "sampler": sampler.describe(),

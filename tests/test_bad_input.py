@@ -100,8 +100,8 @@ def test_read_options_arguments(kwargs: dict[str, Any], message: str) -> None:
         ReadOptions(**kwargs)
 
 
-def test_device_put_is_not_accepted_yet_but_named() -> None:
-    with pytest.raises(ValueError, match="`device_put`"):
+def test_device_put_must_be_a_device_put() -> None:
+    with pytest.raises(TypeError, match="`device_put` must be a DevicePut or None, got 'gpu'"):
         make(device_put="gpu")
 
 

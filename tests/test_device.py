@@ -1,0 +1,148 @@
+"""The device stage: batches on JAX devices, ahead of the consumer, sharded, with clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource  # noqa: E402
+from tests.conftest import repeated  # noqa: E402
+from tests.pipelines import ToDict, assert_same_outputs  # noqa: E402
+
+
+def host_and_device(workers: int, device_put: DevicePut | None, batch: int = 8, n: int = 64) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, n),
+        sampler=IndexSampler(n, shuffle=True, seed=3),
+        operations=[ToDict(), Batch(batch)],
+        worker_count=workers,
+        device_put=device_put,
+    )
+
+
+def to_host(tree: Any) -> Any:
+    return jax.tree.map(np.asarray, tree)
+
+
+def as_jax_would(host_batches: list[Any]) -> list[Any]:
+    """The host batches as JAX holds them (dict keys sorted, 64-bit types narrowed)."""
+    return [to_host(jax.device_put(b)) for b in host_batches]
+
+
+def mesh() -> Mesh:
+    return Mesh(np.array(jax.devices()), ("batch",))
+
+
+def test_there_are_eight_cpu_devices() -> None:
+    assert len(jax.devices()) == 8  # XLA_FLAGS from conftest
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_arrive_as_device_arrays_equal_to_the_host_batches(workers: int) -> None:
+    host = list(host_and_device(workers, None))
+    device = list(host_and_device(workers, DevicePut()))
+    assert all(isinstance(leaf, jax.Array) for b in device for leaf in jax.tree.leaves(b))
+    assert_same_outputs([to_host(b) for b in device], as_jax_would(host))
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_sharded_batches_equal_the_host_batches_leaf_by_leaf(workers: int) -> None:
+    sharding = NamedSharding(mesh(), P("batch"))
+    host = list(host_and_device(workers, None))
+    device = list(host_and_device(workers, DevicePut(sharding=sharding)))
+    for batch in device:
+        for leaf in jax.tree.leaves(batch):
+            assert leaf.sharding == sharding
+            assert len(leaf.addressable_shards) == 8
+    assert_same_outputs([to_host(b) for b in device], as_jax_would(host))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_async_for_with_device_put(workers: int) -> None:
+    async def run() -> list[Any]:
+        return [to_host(b) async for b in host_and_device(workers, DevicePut())]
+
+    assert_same_outputs(asyncio.run(run()), as_jax_would(list(host_and_device(0, None))))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transfer_error_names_the_position_and_the_leaf(workers: int) -> None:
+    sharding = NamedSharding(mesh(), P("batch"))
+    loader = host_and_device(
+        workers, DevicePut(sharding=sharding), batch=8, n=60
+    )  # the last batch has 4 rows
+    got = []
+    with pytest.raises(ValueError) as info:  # noqa: PT011 - JAX's own error type and text
+        for batch in loader:
+            got.append(batch)
+    assert len(got) == 7
+    notes = "\n".join(info.value.__notes__)
+    assert "['x']" in notes or "['pair']" in notes
+    assert "index=60" in notes
+
+
+class CountingDevicePut(DevicePut):
+    """Counts transfers, to compare them with what the consumer took."""
+
+    lock = threading.Lock()
+    transfers = 0
+    threads: set[str] = set()
+
+    def transfer(self, batch: Any, position: Any) -> Any:
+        with CountingDevicePut.lock:
+            CountingDevicePut.transfers += 1
+            CountingDevicePut.threads.add(threading.current_thread().name)
+        return super().transfer(batch, position)
+
+
+@repeated
+@pytest.mark.parametrize("buffer_size", [1, 3])
+def test_transfers_stay_at_most_buffer_size_ahead(buffer_size: int, repeat: int) -> None:
+    CountingDevicePut.transfers = 0
+    loader = host_and_device(2, CountingDevicePut(buffer_size=buffer_size), batch=2, n=200)
+    worst = 0
+    with iter(loader) as iterator:
+        for taken, _ in enumerate(iterator, start=1):
+            if taken % 10 == 0:
+                threading.Event().wait(0.01)  # a slow step now and then: the stage runs ahead
+            worst = max(worst, CountingDevicePut.transfers - taken)
+    # Waiting in the buffer, plus the one the device thread holds while the buffer is full.
+    assert worst <= buffer_size + 1
+
+
+def test_transfers_run_on_the_device_thread_not_the_loop() -> None:
+    CountingDevicePut.threads = set()
+
+    async def run() -> int:
+        return len([b async for b in host_and_device(2, CountingDevicePut())])
+
+    assert asyncio.run(run()) == 8
+    assert len(CountingDevicePut.threads) == 1
+    assert next(iter(CountingDevicePut.threads)).startswith("aioloader-device-")
+
+
+def test_resume_with_device_put() -> None:
+    wanted = as_jax_would(list(host_and_device(0, None)))
+    with iter(host_and_device(2, DevicePut())) as first:
+        head = [to_host(next(first)) for _ in range(3)]
+        state = first.get_state()
+    with iter(host_and_device(1, DevicePut())) as second:
+        second.set_state(state)
+        tail = [to_host(b) for b in second]
+    assert_same_outputs(head + tail, wanted)
+
+
+def test_bad_device_put_arguments() -> None:
+    with pytest.raises(ValueError, match="`buffer_size` must be greater than or equal to 1, got 0"):
+        DevicePut(buffer_size=0)
+    with pytest.raises(TypeError, match="`sharding` must be a jax.sharding.Sharding"):
+        DevicePut(sharding="data")
