@@ -8,11 +8,11 @@ waiting ones are taken, answers the end (None).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 from collections import deque
 from typing import Generic, NamedTuple, TypeVar
+
+from aioloader._wakeup import Wakeup
 
 T = TypeVar("T")
 
@@ -33,10 +33,9 @@ class Handoff(Generic[T]):
         self._items: deque[T] = deque()
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
-        self._not_empty = threading.Condition(self._lock)
+        self._not_empty = Wakeup(self._lock)
         self._closed = False
         self._peak = 0
-        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     def put(self, item: T) -> bool:
         """Add `item`, waiting for room; False (item dropped) if the hand-off is closed."""
@@ -47,7 +46,7 @@ class Handoff(Generic[T]):
                 return False
             self._items.append(item)
             self._peak = max(self._peak, len(self._items))
-            self._wake_consumer()
+            self._not_empty.wake()
             return True
 
     def get(self) -> T | None:
@@ -63,9 +62,7 @@ class Handoff(Generic[T]):
             with self._lock:
                 if self._items or self._closed:
                     return self._take()
-                loop = asyncio.get_running_loop()
-                waiter = loop.create_future()
-                self._waiter = (loop, waiter)
+                waiter = self._not_empty.arm()
             await waiter
 
     def _take(self) -> T | None:
@@ -82,22 +79,9 @@ class Handoff(Generic[T]):
             if drop:
                 self._items.clear()
             self._not_full.notify_all()
-            self._wake_consumer()
-
-    def _wake_consumer(self) -> None:
-        self._not_empty.notify()
-        if self._waiter is not None:
-            loop, waiter = self._waiter
-            self._waiter = None
-            with contextlib.suppress(RuntimeError):  # a closed loop has no consumer left
-                loop.call_soon_threadsafe(_set, waiter)
+            self._not_empty.wake()
 
     def statistics(self) -> HandoffStatistics:
         """Items waiting now, the capacity, and the most that ever waited."""
         with self._lock:
             return HandoffStatistics(len(self._items), self.capacity, self._peak)
-
-
-def _set(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -16,8 +16,6 @@ lock; no user code runs under it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from aioloader._positions import Position
 from aioloader._program import Outputs, Plan, Program
 from aioloader._reassembly import OrderedResults
 from aioloader._tail import TailBatcher
+from aioloader._wakeup import Wakeup
 from aioloader._window import Window
 
 
@@ -69,7 +68,7 @@ class Pipeline:
         self.program = program
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
-        self._result_ready = threading.Condition(self._lock)
+        self._result_ready = Wakeup(self._lock)
         batch, capacity = program.operations.batch, read_options.prefetch_buffer_size
         unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
         # Several chunks per worker must fit in the window, or workers starve.
@@ -84,7 +83,6 @@ class Pipeline:
         self._closed = False
         self._broken: BaseException | None = None
         self._async_runner: AsyncRunner | None = None
-        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     def use_async_runner(self, runner: AsyncRunner) -> None:
         """Where asynchronous segments run (needed when the program has any)."""
@@ -215,9 +213,7 @@ class Pipeline:
             with self._lock:
                 if self._answerable():
                     return self._answer()
-                loop = asyncio.get_running_loop()
-                waiter = loop.create_future()
-                self._waiter = (loop, waiter)
+                waiter = self._result_ready.arm()
             await waiter
 
     def _answerable(self) -> bool:
@@ -232,12 +228,7 @@ class Pipeline:
         return final.results.take() if final.results.ready() else None
 
     def _wake_consumer(self) -> None:
-        self._result_ready.notify()
-        if self._waiter is not None:
-            loop, waiter = self._waiter
-            self._waiter = None
-            with contextlib.suppress(RuntimeError):  # a closed loop has no consumer left
-                loop.call_soon_threadsafe(_set, waiter)
+        self._result_ready.wake()
 
     def release(self, weight: int) -> None:
         """Give back the window units of outputs the consumer has delivered."""
@@ -257,8 +248,3 @@ class Pipeline:
                 self._tail.clear()
             self._work_ready.notify_all()
             self._wake_consumer()
-
-
-def _set(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
