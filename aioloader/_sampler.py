@@ -16,6 +16,8 @@ from aioloader._permutation import Permutation, splitmix64
 from aioloader._sharding import NoSharding, ShardOptions
 from aioloader._validation import require_bool, require_int
 
+KEY_BLOCK = 4096  # shuffled keys are computed this many at a time
+
 
 class IndexSampler:
     """Record keys of this process's shard, shuffled anew every epoch if asked.
@@ -50,6 +52,7 @@ class IndexSampler:
                 f"`num_epochs=None` repeats forever, but shard {shard_options} holds no records."
             )
         self._permutations: dict[int, Permutation] = {}
+        self._cached_block: tuple[int, int, list[int]] = (-1, 0, [])  # (number, first index, keys)
 
     @property
     def length(self) -> int | None:
@@ -71,9 +74,30 @@ class IndexSampler:
     def record_keys(self, start: int, stop: int) -> list[int]:
         """The record keys of indices `[start, stop)`, computed together.
 
-        Consecutive indices are a run of positions in one or two epochs, so
-        the work is one range, or one vectorised permutation, per epoch.
+        Shuffled keys are computed a block of `KEY_BLOCK` indices at a time and
+        the last block is kept: numpy's fixed cost per call is then paid once
+        per block, not once per chunk. Memory stays one block, whatever the
+        dataset size.
         """
+        if not self.shuffle:
+            return self._keys_between(start, stop)
+        keys: list[int] = []
+        while start < stop:
+            first, block = self._block(start // KEY_BLOCK)
+            keys += block[start - first : stop - first]
+            start = first + len(block)
+        return keys
+
+    def _block(self, number: int) -> tuple[int, list[int]]:
+        cached = self._cached_block
+        if cached[0] != number:
+            first = number * KEY_BLOCK
+            stop = first + KEY_BLOCK if self.length is None else min(first + KEY_BLOCK, self.length)
+            cached = self._cached_block = (number, first, self._keys_between(first, stop))
+        return cached[1], cached[2]
+
+    def _keys_between(self, start: int, stop: int) -> list[int]:
+        """Keys of `[start, stop)`: one range, or one vectorised permutation, per epoch."""
         keys: list[int] = []
         while start < stop:
             epoch, first = divmod(start, self.shard_length)
