@@ -1,0 +1,372 @@
+"""The workloads: each a source whose records are derived from their key, a transform and a batch size.
+
+Every loader reads the same records (a pure function of the key), applies
+the same transform object (its own copy per thread or process) and batches
+with the same `collate`, so the loaders differ only in how they schedule the
+work. Every batch is one NumPy array; `checksum` is summed over a run and
+must agree between loaders, whatever their order.
+
+Sources and transforms are module-level classes so that process-based peers
+can pickle them, and they avoid per-record shared objects (a record is made
+fresh on each read, as a real decoder would) so that free-threaded runs
+measure the loader, not refcount contention on the benchmark's own data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark pipeline: source -> transform (per record) -> collate (per batch)."""
+
+    name: str
+    title: str  # one line for the table
+    records: int  # sized so that the plain loop runs for about a second
+    batch_size: int
+    make_source: Callable[[int], Any]
+    make_transform: Callable[[], Any]
+    collate: Callable[[Sequence[Any]], np.ndarray]
+    checksum: Callable[[np.ndarray], float]
+    is_async: bool = False  # the source defines `async aget(key)` instead of `__getitem__`
+    note: str = ""
+    unavailable: Callable[[], str | None] = lambda: None  # why it cannot run now, or None
+
+
+def stack(items: Sequence[Any]) -> np.ndarray:
+    """The batch of array records."""
+    return np.stack(items)
+
+
+def ints(items: Sequence[Any]) -> np.ndarray:
+    """The batch of int records."""
+    return np.array(items, dtype=np.int64)
+
+
+def int_sum(batch: np.ndarray) -> float:
+    return float(batch.sum(dtype=np.int64))
+
+
+def float_sum(batch: np.ndarray) -> float:
+    return float(batch.sum(dtype=np.float64))
+
+
+# 1. Trivial records: an int and +1. What is left is the loader's own cost.
+
+
+class KeySource:
+    """Record `k` is the int `k`."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+
+class PlusOne:
+    def __call__(self, x: int) -> int:
+        return x + 1
+
+
+# 2. A pure-Python CPU-bound transform that holds the GIL, ~100 us a record.
+#    Every constant is a small int (cached, immortal), so the loop scales on
+#    free-threaded CPython (DESIGN.md: float or big-int constants would not).
+
+
+class SpinHash:
+    """A byte-wise hash of the key, iterated `rounds` times."""
+
+    def __init__(self, rounds: int = 1100) -> None:
+        self.rounds = rounds  # an attribute, not a literal: a big-int constant is shared
+
+    def __call__(self, key: int) -> int:
+        h = key & 255
+        acc = 0
+        for i in range(self.rounds):
+            h = (h * 33 + i) & 255
+            acc ^= h
+        return acc
+
+
+# 3. A tokenizer: a transform holding a ~20,000-entry vocabulary dict that
+#    splits, normalises and looks up words. The state every thread reads is
+#    what the per-thread copy of the operations is for.
+
+_SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+_PUNCT = ".,;:!?\"'()"
+SEQUENCE_LENGTH = 64
+
+
+def make_vocabulary(size: int = 20_000, seed: int = 0) -> dict[str, int]:
+    """`size` distinct pseudo-words of 2 to 4 syllables, numbered from 2 (0 pads, 1 is unknown)."""
+    rng = random.Random(seed)
+    words: dict[str, int] = {}
+    while len(words) < size:
+        word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
+        words.setdefault(word, len(words) + 2)
+    return words
+
+
+class TextSource:
+    """Record `k`: sentence `k % 1024` of a fixed bank, plus the number `k`, as a fresh string."""
+
+    BANK = 1024
+
+    def __init__(self, n: int, words_per_text: int = 60) -> None:
+        self.n = n
+        rng = random.Random(1)
+        vocabulary = list(make_vocabulary())
+        self._bank = [self._sentence(rng, vocabulary, words_per_text) for _ in range(self.BANK)]
+
+    @staticmethod
+    def _sentence(rng: random.Random, vocabulary: list[str], count: int) -> str:
+        words = []
+        for j in range(count):
+            word = rng.choice(vocabulary) if rng.random() > 0.05 else "zq" + str(rng.randint(0, 9999))
+            if j == 0 or rng.random() < 0.1:
+                word = word.capitalize()
+            if rng.random() < 0.12:
+                word += rng.choice(_PUNCT)
+            words.append(word)
+        return " ".join(words)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: int) -> str:
+        return f"{self._bank[key % self.BANK]} {key}"
+
+
+class Tokenizer:
+    """Lower-cases, splits, strips punctuation and maps words to ids; pads to `SEQUENCE_LENGTH`."""
+
+    def __init__(self) -> None:
+        self.vocabulary = make_vocabulary()
+        self.length = SEQUENCE_LENGTH
+
+    def __call__(self, text: str) -> np.ndarray:
+        get = self.vocabulary.get
+        ids = [get(word.strip(_PUNCT), 1) for word in text.lower().split()]
+        ids = ids[: self.length]
+        ids += [0] * (self.length - len(ids))
+        return np.array(ids, dtype=np.int32)
+
+
+# 4. NumPy image augmentation: crop, flip and normalise 64x64x3 uint8 images.
+
+IMAGE = 64
+CROP = 56
+
+
+class ImageSource:
+    """Record `k`: `(k, image)`, a fresh copy of image `k % 64` of a fixed random bank."""
+
+    BANK = 64
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._bank = np.random.default_rng(2).integers(0, 256, (self.BANK, IMAGE, IMAGE, 3), dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: int) -> tuple[int, np.ndarray]:
+        return key, self._bank[key % self.BANK].copy()
+
+
+class Augment:
+    """A crop and a flip chosen from the key (so every loader agrees), then per-channel normalisation.
+
+    The output is channels-first float32 (3, 56, 56), the layout a model takes.
+    """
+
+    def __init__(self) -> None:
+        self.mean = (np.array([0.485, 0.456, 0.406], dtype=np.float32) * 255).reshape(3, 1, 1)
+        self.inv_std = 1 / (np.array([0.229, 0.224, 0.225], dtype=np.float32) * 255).reshape(3, 1, 1)
+        self.span = IMAGE - CROP + 1
+
+    def __call__(self, record: tuple[int, np.ndarray]) -> np.ndarray:
+        key, image = record
+        top, left = key % self.span, (key // self.span) % self.span
+        crop = image[top : top + CROP, left : left + CROP]
+        if key & 1:
+            crop = crop[:, ::-1]
+        out = crop.transpose(2, 0, 1).astype(np.float32, order="C")
+        out -= self.mean
+        out *= self.inv_std
+        return out
+
+
+# 5. Storage latency: 2 ms of waiting per record, then 4 KiB derived from the key.
+
+LATENCY = 0.002
+PAYLOAD_REPEAT = 512  # 8 bytes of key x 512 = 4 KiB
+
+
+def payload(key: int) -> bytes:
+    return key.to_bytes(8, "little") * PAYLOAD_REPEAT
+
+
+class SleepSource:
+    """`time.sleep(2 ms)` per read: blocking I/O, overlapped only by threads or processes."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: int) -> bytes:
+        time.sleep(LATENCY)
+        return payload(key)
+
+
+class AsyncSleepSource:
+    """`await asyncio.sleep(2 ms)` per read: asynchronous I/O, overlapped on an event loop."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def aget(self, key: int) -> bytes:
+        await asyncio.sleep(LATENCY)
+        return payload(key)
+
+
+class Decode:
+    """The bytes as a uint8 array."""
+
+    def __call__(self, data: bytes) -> np.ndarray:
+        return np.frombuffer(data, dtype=np.uint8)
+
+
+def key_sum(batch: np.ndarray) -> float:
+    """The keys the payloads were made from, summed: proves every record was read once."""
+    return float(batch[:, :8].copy().view(np.int64).sum())
+
+
+# 6. Real storage formats. Hook: the loader's ArrayRecord and Parquet sources
+#    are being written; once `aioloader` exports them, fill in `make_source`
+#    (write the files once under benchmarks/results/tmp/, then open them) and
+#    the workload runs with every loader reading through that same source.
+
+
+def _real_source_unavailable(name: str) -> Callable[[], str | None]:
+    def why() -> str | None:
+        import aioloader
+
+        if not hasattr(aioloader, name):
+            return f"aioloader has no {name} yet"
+        return f"{name} exists now: write its make_source in benchmarks/workloads.py"
+
+    return why
+
+
+def _not_written(n: int) -> Any:
+    raise NotImplementedError("see the hook above `WORKLOADS` in benchmarks/workloads.py")
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload(
+            "trivial",
+            "trivial records (int + 1)",
+            1_000_000,
+            32,
+            KeySource,
+            PlusOne,
+            ints,
+            int_sum,
+        ),
+        Workload(
+            "cpu",
+            "pure-Python CPU loop, ~100 us/record",
+            12_000,
+            32,
+            KeySource,
+            SpinHash,
+            ints,
+            int_sum,
+        ),
+        Workload(
+            "tokenize",
+            "tokenizer, 20,000-word vocabulary dict",
+            60_000,
+            32,
+            TextSource,
+            Tokenizer,
+            stack,
+            int_sum,
+        ),
+        Workload(
+            "image",
+            "NumPy crop/flip/normalise 64x64x3",
+            15_000,
+            64,
+            ImageSource,
+            Augment,
+            stack,
+            float_sum,
+        ),
+        Workload(
+            "storage",
+            "2 ms blocking read (time.sleep), 4 KiB",
+            1_500,
+            32,
+            SleepSource,
+            Decode,
+            stack,
+            key_sum,
+            note="sync source: reads overlap only as far as threads/processes do",
+        ),
+        Workload(
+            "storage-async",
+            "2 ms async read (asyncio.sleep), 4 KiB",
+            1_500,
+            32,
+            AsyncSleepSource,
+            Decode,
+            stack,
+            key_sum,
+            is_async=True,
+            note="async source: 16 reads in flight for every loader that can await",
+        ),
+        Workload(
+            "arrayrecord",
+            "ArrayRecord files (aioloader.ArrayRecordDataSource)",
+            100_000,
+            32,
+            _not_written,
+            PlusOne,
+            ints,
+            int_sum,
+            unavailable=_real_source_unavailable("ArrayRecordDataSource"),
+        ),
+        Workload(
+            "parquet",
+            "Parquet files (aioloader.ParquetDataSource)",
+            100_000,
+            32,
+            _not_written,
+            PlusOne,
+            ints,
+            int_sum,
+            unavailable=_real_source_unavailable("ParquetDataSource"),
+        ),
+    ]
+}
