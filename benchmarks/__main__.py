@@ -91,6 +91,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="before each run, wait while other processes keep more than this many cores busy (0: never)",
     )
     parser.add_argument("--patience", type=float, default=120, help="the longest wait for quiet, in seconds")
+    parser.add_argument("--list", action="store_true", help="print the configurations and stop")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--python-gil", type=Path, help="default: the cached GIL environment (./dev env gil)")
     parser.add_argument("--python-ft", type=Path, help="default: the cached free-threaded environment")
@@ -215,9 +216,12 @@ def run_matrix(
             label = f"[{repeat + 1}/{repeats}] {config.label()}"
             if bar is not None:
                 bar.set_description(label)
+            waited = time.monotonic()
             if quiet > 0:
                 wait_until_quiet(quiet, patience)
+            waited = time.monotonic() - waited
             result = run_one(config)
+            result["waited_s"] = waited
             runs[config.key].append(result)
             done += 1
             if bar is not None:
@@ -291,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping workload {name}: {why}", file=sys.stderr)
     configs = list(matrix(args, interpreters))
     print(f"{len(configs)} configurations x {args.repeats} repeats", file=sys.stderr)
+    if args.list:
+        for config in configs:
+            print(f"{config.label()} records={config.records}")
+        return 0
     started = time.time()
     runs = run_matrix(configs, args.repeats, args.quiet, args.patience)
     results = {

@@ -47,6 +47,7 @@ class Loader:
     max_workers: int | None = None
     sync_sources: bool = True
     async_sources: bool = True
+    only_workers: tuple[int, ...] | None = None  # a variant measured at a few worker counts only
     # Slow loaders read a fraction of a workload's records, so that each run
     # stays within a few seconds; throughput is per record, so it compares.
     scale: tuple[tuple[str, float], ...] = ()
@@ -59,6 +60,8 @@ class Loader:
     def runs(self, workload: Workload, workers: int) -> bool:
         """True when this loader takes `workload` with `workers` workers."""
         if workers < self.min_workers or (self.max_workers is not None and workers > self.max_workers):
+            return False
+        if self.only_workers is not None and workers not in self.only_workers:
             return False
         return self.async_sources if workload.is_async else self.sync_sources
 
@@ -262,7 +265,8 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "batches"),
             _peer("peer_grain", "settings"),
             async_sources=False,
-            scale=(("trivial", 0.01), ("cpu", 0.25), ("tokenize", 0.1), ("image", 0.25), ("storage", 0.5)),
+            scale=(("trivial", 0.005), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            only_workers=(0, 2),
         ),
         Loader(
             "grain-t0",
@@ -271,7 +275,8 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "batches_no_threads"),
             _peer("peer_grain", "settings_no_threads"),
             async_sources=False,
-            scale=(("trivial", 0.02), ("cpu", 0.25), ("tokenize", 0.1), ("image", 0.25), ("storage", 0.5)),
+            scale=(("trivial", 0.01), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            only_workers=(0, 2),
         ),
         Loader(
             "torch",
@@ -281,6 +286,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_torch", "settings"),
             async_sources=False,
             scale=(("trivial", 0.1), ("tokenize", 0.3)),
+            only_workers=(0, 2),
         ),
         Loader(
             "spdl",

@@ -120,7 +120,7 @@ class ForeignLoad:
         return max(0.0, foreign / wall) if wall > 0 else 0.0
 
 
-def wait_until_quiet(threshold: float, patience: float, probe: float = 0.2) -> float:
+def wait_until_quiet(threshold: float, patience: float, probe: float = 0.1) -> float:
     """Wait (up to `patience` seconds) until other processes keep fewer than `threshold` cores busy.
 
     Returns the foreign load of the last probe.
