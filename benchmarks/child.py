@@ -3,9 +3,10 @@
     python -m benchmarks.child --loader aioloader --workload cpu --workers 2
     python -m benchmarks.child --probe     # the interpreter and which loaders import
 
-The clock starts just before the loader is constructed (the source and the
-transform are built first: they are the dataset, the same for every loader)
-and stops at the last batch. Measured here: the time to the first batch, the
+The clock starts just before the loader is constructed (the loader's modules
+are imported and the source and the transform built first: they are the
+program's and the dataset's, the same whatever the loader) and stops at the
+last batch. Measured here: the time to the first batch, the
 throughput, the records and their checksum, and the CPU time of the whole
 process tree (this process, plus its worker processes: reaped ones through
 `RUSAGE_CHILDREN`, live ones through psutil). The runner samples the tree's
@@ -93,6 +94,10 @@ def live_descendants_cpu() -> float:
 
 
 def run(loader: Loader, workload: Workload, workers: int, n: int) -> dict[str, Any]:
+    imported = time.perf_counter()
+    for module in loader.preload:
+        importlib.import_module(module)
+    imported = time.perf_counter() - imported
     source = workload.make_source(n)
     transform = workload.make_transform()
     gc.collect()
@@ -121,6 +126,7 @@ def run(loader: Loader, workload: Workload, workers: int, n: int) -> dict[str, A
         "records": tally.records,
         "batches": tally.batches,
         "checksum": tally.checksum,
+        "import_s": imported,
         "wall_s": finished - started,
         "first_batch_s": first - started,
         "rate": tally.records / (finished - started),

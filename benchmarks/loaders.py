@@ -48,6 +48,7 @@ class Loader:
     sync_sources: bool = True
     async_sources: bool = True
     only_workers: tuple[int, ...] | None = None  # a variant measured at a few worker counts only
+    preload: tuple[str, ...] = ()  # modules imported before the clock starts (imports are not loading)
     # Slow loaders read a fraction of a workload's records, so that each run
     # stays within a few seconds; throughput is per record, so it compares.
     scale: tuple[tuple[str, float], ...] = ()
@@ -249,6 +250,7 @@ LOADERS: dict[str, Loader] = {
             aioloader_batches,
             aioloader_settings,
             scale=(("trivial", 0.1),),
+            preload=("aioloader",),
         ),
         Loader(
             "aioloader-async",
@@ -257,6 +259,7 @@ LOADERS: dict[str, Loader] = {
             aioloader_async_batches,
             aioloader_settings,
             scale=(("trivial", 0.1),),
+            preload=("aioloader",),
         ),
         Loader(
             "grain",
@@ -264,6 +267,7 @@ LOADERS: dict[str, Loader] = {
             "grain",
             _peer("peer_grain", "batches"),
             _peer("peer_grain", "settings"),
+            preload=("benchmarks.peer_grain",),
             async_sources=False,
             scale=(("trivial", 0.005), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
             only_workers=(0, 2),
@@ -274,6 +278,7 @@ LOADERS: dict[str, Loader] = {
             "grain",
             _peer("peer_grain", "batches_no_threads"),
             _peer("peer_grain", "settings_no_threads"),
+            preload=("benchmarks.peer_grain",),
             async_sources=False,
             scale=(("trivial", 0.01), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
             only_workers=(0, 2),
@@ -284,6 +289,7 @@ LOADERS: dict[str, Loader] = {
             "torch",
             _peer("peer_torch", "batches"),
             _peer("peer_torch", "settings"),
+            preload=("benchmarks.peer_torch",),
             async_sources=False,
             scale=(("trivial", 0.1), ("tokenize", 0.3)),
             only_workers=(0, 2),
@@ -294,6 +300,7 @@ LOADERS: dict[str, Loader] = {
             "spdl.pipeline",
             _peer("peer_spdl", "batches"),
             _peer("peer_spdl", "settings"),
+            preload=("benchmarks.peer_spdl",),
             min_workers=1,
             scale=(("trivial", 0.1), ("tokenize", 0.5)),
         ),
