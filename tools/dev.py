@@ -79,7 +79,8 @@ def main(argv: Sequence[str]) -> int:
         if command == "train":
             return run(ensure_env(gil_spec(), REPO), ["examples/train.py", *rest])
         if command == "bench":
-            return run(ensure_env(gil_spec(), REPO), ["-m", "benchmarks", *rest])
+            gil, ft = ensure_env(gil_spec(), REPO), ensure_env(ft_spec(), REPO)
+            return run(gil, ["-m", "benchmarks", "--python-gil", str(gil), "--python-ft", str(ft), *rest])
         if command == "python-ft":
             print(free_threaded_python())
             return 0
