@@ -111,13 +111,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def find_python(name: str, given: Path | None) -> Path:
-    """The interpreter of environment `name`, built by tools/ if needed (as `./dev env NAME`)."""
+    """The interpreter of environment `name`: as `./dev env NAME` prints it, built if needed.
+
+    Asked of `./dev` rather than of `tools.dev` in this process, because the
+    environments are keyed on the interpreter that builds them (the
+    machine's python3, not this environment's).
+    """
     if given is not None:
         return given
-    from tools.dev import SPECS
-    from tools.envs import ensure_env
-
-    return ensure_env(SPECS[name](), REPO)
+    done = subprocess.run([str(REPO / "dev"), "env", name], capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise SystemExit(f"`./dev env {name}` failed:\n{done.stderr}")
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def child_env(name: str) -> dict[str, str]:
