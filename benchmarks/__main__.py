@@ -271,7 +271,19 @@ def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "foreign_cores": median(r["foreign_cores"] for r in runs),
         "checksums": sorted({r["checksum"] for r in good}),
         "errors": [r["error"] for r in runs if r.get("error")],
-        "runs": runs,
+        "runs": [compact(r) for r in runs],
+    }
+
+
+DUPLICATES = ("loader", "workload", "workers", "expected", "settings")
+
+
+def compact(run: dict[str, Any]) -> dict[str, Any]:
+    """One run for results.json: the fields its configuration does not already say, 4 significant digits."""
+    return {
+        key: float(f"{value:.4g}") if isinstance(value, float) and key != "checksum" else value
+        for key, value in run.items()
+        if key not in DUPLICATES
     }
 
 
@@ -326,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": [summarise(c, runs[c.key]) for c in configs],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "results.json").write_text(json.dumps(results, indent=None, separators=(",", ":")) + "\n")
     written = report.write(results, args.out)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
