@@ -282,7 +282,7 @@ def plot(results: dict[str, Any], out: Path) -> dict[str, str]:
                           and c["steady_rate"]]  # fmt: skip
                 if points:
                     xs, ys = zip(*sorted(points), strict=True)
-                    ax.plot(xs, ys, marker=MARKERS[k % len(MARKERS)], label=loader)
+                    ax.plot(xs, ys, marker=MARKERS[k % len(MARKERS)], color=f"C{k % 10}", label=loader)
             plain = index.rate(interpreter, workload, "plain", 0)
             if plain:
                 ax.axhline(plain, color="black", linestyle="--", linewidth=1, label="plain loop")
