@@ -96,7 +96,9 @@ class BatchRun(Run):
         After the last output of a batch that is the batch's end; after an
         earlier one it is the batch's start with one more output to skip.
         """
-        plan, origins = self.plan, self.origin_list()
+        if self.origins is None:
+            return self.plan.after[: len(self.items)]  # one output per batch
+        plan, origins = self.plan, self.origins
         positions: list[Position] = []
         ordinal, previous = 0, -1
         for j, origin in enumerate(origins):

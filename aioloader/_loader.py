@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +53,6 @@ class DataLoader:
             raise TypeError(f"`read_options` must be a ReadOptions or None, got {read_options!r}.")
         if device_put is not None and not isinstance(device_put, DevicePut):
             raise TypeError(f"`device_put` must be a DevicePut or None, got {device_put!r}.")
-        if worker_count > 0:
-            _check_copyable(operations)
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
         self.device_put = device_put
         self.read_options = read_options or ReadOptions()
@@ -94,15 +91,3 @@ def _check_sampler(sampler: Any, source_length: int) -> None:
             f"`sampler` has num_records={sampler.num_records}, "
             f"but `data_source` holds only {source_length} records."
         )
-
-
-def _check_copyable(operations: Sequence[Any]) -> None:
-    """Each worker thread deep-copies the operations: fail now, naming the one that cannot be."""
-    for i, operation in enumerate(operations):
-        try:
-            copy.deepcopy(operation)
-        except Exception as error:
-            raise TypeError(
-                f"`operations[{i}]` ({type(operation).__name__}) cannot be deep-copied for the workers "
-                f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
-            ) from error

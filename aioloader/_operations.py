@@ -14,6 +14,7 @@ but the large read-only part.
 from __future__ import annotations
 
 import abc
+import copy
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -93,12 +94,20 @@ class Op:
 
     `target` is the user's object (the part copied per thread); `method`
     names the attribute to call on it, or is empty for a plain callable.
+    `name` is where it stands in the user's list (`operations[2]`) and
+    `what` says what it is (`Tokenize.map`).
     """
 
     kind: Kind
     target: Any
     method: str
-    label: str
+    name: str
+    what: str
+
+    @property
+    def label(self) -> str:
+        """How error messages name the operation: `operations[2] (Tokenize.map)`."""
+        return f"{self.name} ({self.what})"
 
     def function(self) -> Callable[..., Any]:
         """The callable to apply, bound to this copy's `target`."""
@@ -123,6 +132,26 @@ class Operations:
         """What identifies the operations, for checkpoint states."""
         batch = [] if self.batch is None else [f"batch({self.batch.batch_size},{self.batch.drop_remainder})"]
         return [op.kind.value for op in self.before] + batch + [op.kind.value for op in self.after]
+
+    def for_worker(self) -> Operations:
+        """A deep copy for one worker thread, naming the operation that cannot be copied.
+
+        One memo serves the whole list, so operations that share an object
+        share its copy too.
+        """
+        memo: dict[int, Any] = {}
+
+        def copy_of(op: Op) -> Op:
+            try:
+                target = copy.deepcopy(op.target, memo)
+            except Exception as error:
+                raise TypeError(
+                    f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread "
+                    f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
+                ) from error
+            return Op(op.kind, target, op.method, op.name, op.what)
+
+        return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
 
     @property
     def uses_rng(self) -> bool:
@@ -162,13 +191,13 @@ def _compile_one(position: int, operation: Any) -> Op:
         if isinstance(operation, base):
             if kind is Kind.MAP and inspect.iscoroutinefunction(getattr(operation, method)):
                 kind = Kind.ASYNC_MAP
-            return Op(kind, operation, method, f"{name} ({type(operation).__name__}.{method})")
+            return Op(kind, operation, method, name, f"{type(operation).__name__}.{method}")
     if callable(operation):
         is_async = inspect.iscoroutinefunction(operation) or inspect.iscoroutinefunction(
             getattr(operation, "__call__", None)  # noqa: B004 - a callable object's async __call__
         )
-        label = f"{name} ({getattr(operation, '__qualname__', type(operation).__name__)})"
-        return Op(Kind.ASYNC_MAP if is_async else Kind.MAP, operation, "", label)
+        what = getattr(operation, "__qualname__", type(operation).__name__)
+        return Op(Kind.ASYNC_MAP if is_async else Kind.MAP, operation, "", name, what)
     raise TypeError(
         f"`{name}` must be a MapTransform, RandomMapTransform, FilterTransform, FlatMapTransform, Batch "
         f"or a callable, got {operation!r}."

@@ -126,7 +126,7 @@ class Program:
         may be large).
         """
         clone = copy.copy(self)
-        clone.operations = copy.deepcopy(self.operations)
+        clone.operations = self.operations.for_worker()
         clone.sampler = copy.deepcopy(self.sampler)
         return clone
 

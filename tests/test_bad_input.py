@@ -46,11 +46,6 @@ class HoldsALock(MapTransform):
         ({"operations": "map"}, TypeError, r"`operations` must be a list or tuple"),
         ({"operations": [Batch(2), Batch(3)]}, ValueError, r"at most one Batch, got 2"),
         ({"operations": [lambda x: x, 17]}, TypeError, r"`operations\[1\]` must be a MapTransform.*got 17"),
-        (
-            {"operations": [HoldsALock()], "worker_count": 2},
-            TypeError,
-            r"`operations\[0\]` \(HoldsALock\) cannot be deep-copied",
-        ),
     ],
     ids=[
         "negative-workers",
@@ -64,7 +59,6 @@ class HoldsALock(MapTransform):
         "string-operations",
         "two-batches",
         "int-operation",
-        "uncopyable-operation",
     ],
 )
 def test_loader_arguments(overrides: dict[str, Any], error: type[Exception], message: str) -> None:
@@ -110,6 +104,14 @@ def test_source_constructors() -> None:
         RangeDataSource(0, 10, 0)
     with pytest.raises(TypeError, match="`seq` must be a sequence"):
         InMemoryDataSource(42)  # type: ignore[arg-type]
+
+
+def test_an_operation_that_cannot_be_copied_is_named_when_iteration_starts() -> None:
+    # Copied by each worker when it starts, so that a large transform is not
+    # also copied once more, only to be checked, when the loader is made.
+    iterator = iter(make(operations=[HoldsALock()], worker_count=2))
+    with pytest.raises(TypeError, match=r"`operations\[0\]` \(HoldsALock.map\) cannot be deep-copied"):
+        next(iterator)
 
 
 def test_a_transform_that_opts_out_of_copies_is_shared() -> None:
