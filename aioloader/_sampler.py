@@ -16,7 +16,7 @@ from aioloader._permutation import Permutation, splitmix64
 from aioloader._sharding import NoSharding, ShardOptions
 from aioloader._validation import require_bool, require_int
 
-KEY_BLOCK = 4096  # shuffled keys are computed this many at a time
+KEY_BLOCK = 8192  # shuffled keys are computed this many at a time
 
 
 class IndexSampler:

@@ -16,6 +16,13 @@ def test_permutation_is_a_bijection(size: int, key: int) -> None:
     assert np.array_equal(np.sort(images), np.arange(size))
 
 
+@pytest.mark.parametrize("size", [1, 5, 97, 1000, 65_537])
+def test_the_vectorised_and_the_scalar_permutation_agree(size: int) -> None:
+    permutation = Permutation(size, 99)
+    positions = np.arange(size)
+    assert permutation(positions).tolist() == [permutation.one(p) for p in range(size)]
+
+
 def test_permutation_depends_on_the_key_and_shuffles() -> None:
     a = Permutation(10_000, 1)(np.arange(10_000))
     b = Permutation(10_000, 2)(np.arange(10_000))
