@@ -132,7 +132,12 @@ class Program:
 
     def run_segment(self, stage: int, segment: int, payload: Any) -> Any:
         """Run one synchronous segment on `payload` (called on a worker)."""
-        for name, arg in self.stages[stage][segment].steps:
+        return self.run_steps(self.stages[stage][segment].steps, payload)
+
+    def run_steps(self, steps: Sequence[Step], payload: Any) -> Any:
+        """Run synchronous `steps` in order on `payload`: a segment, or the part of
+        one that an executor keeps in this interpreter."""
+        for name, arg in steps:
             payload = getattr(self, f"_step_{name}")(arg, payload)
         return payload
 
