@@ -3,29 +3,32 @@
 A worker makes its segment runner (for threads: its own deep copy of the
 operations) in its own thread when it starts, since on free-threaded CPython
 an object is cheapest to use from the thread that created it. Then it loops:
-take work, run one segment, hand the result back. User errors travel inside
+take work, run one segment, hand the result back. The runner comes as a
+context manager, so that what a runner holds (a subinterpreter) is released
+by the thread that made it when the worker ends. User errors travel inside
 the results; anything else (a bug, a copy that fails) breaks the pipeline,
 and the consumer raises it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aioloader._pipeline import Pipeline
 
 SegmentRunner = Callable[[int, int, Any], Any]
+RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 
 class WorkerThreads:
     """`count` daemon threads named `{name}-{i}` working for `pipeline`."""
 
-    def __init__(
-        self, pipeline: Pipeline, make_runner: Callable[[], SegmentRunner], count: int, name: str
-    ) -> None:
+    def __init__(self, pipeline: Pipeline, make_runner: RunnerFactory, count: int, name: str) -> None:
         self._pipeline, self._make_runner = pipeline, make_runner
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
@@ -36,14 +39,14 @@ class WorkerThreads:
     def _work(self) -> None:
         pipeline = self._pipeline
         try:
-            run = self._make_runner()
-            while (work := pipeline.next_work()) is not None:
-                started = time.perf_counter()
-                payload = run(work.stage, work.segment, work.payload)
-                pipeline.advance(work, payload, time.perf_counter() - started)
-                # Drop this work's data before waiting for more: an idle worker
-                # must not keep a chunk of records alive.
-                del work, payload
+            with self._make_runner() as run:
+                while (work := pipeline.next_work()) is not None:
+                    started = time.perf_counter()
+                    payload = run(work.stage, work.segment, work.payload)
+                    pipeline.advance(work, payload, time.perf_counter() - started)
+                    # Drop this work's data before waiting for more: an idle worker
+                    # must not keep a chunk of records alive.
+                    del work, payload
         except BaseException as error:
             pipeline.fail(error)
 
@@ -60,12 +63,12 @@ class WorkerThreads:
         return not self.alive()
 
 
-def thread_runner(program: Any) -> Callable[[], SegmentRunner]:
+def thread_runner(program: Any) -> RunnerFactory:
     """Runners for thread workers: each a deep copy of the operations, made in its thread."""
 
-    def make() -> SegmentRunner:
+    def make() -> AbstractContextManager[SegmentRunner]:
         copy = program.for_worker()
         runner: SegmentRunner = copy.run_segment
-        return runner
+        return contextlib.nullcontext(runner)
 
     return make
