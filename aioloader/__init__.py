@@ -7,6 +7,8 @@ The pipeline, one private module per stage (see DESIGN.md and README.md):
     _program          what a worker does with a chunk: read (_records), operations (_apply),
                       batching (_batching)
     _thread_executor  N worker threads, each with its own copy of the operations
+    _interpreter_executor  or N worker threads, each running the per-record work in its own
+                      subinterpreter (_subinterpreters, _interpreter_worker)
     _reassembly       results back in sampler order, within a bounded window (_window)
     _tail             batch boundaries after a filter or flat-map, cut in order
     _pipeline         the stages above, assembled on one event loop

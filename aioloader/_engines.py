@@ -1,6 +1,7 @@
 """Where an iterator's outputs come from: the engines behind `for` and `async for`.
 
-* `ThreadedEngine`: worker threads over the pipeline's scheduler, plus an
+* `ThreadedEngine`: worker threads over the pipeline's scheduler (each with
+  its own subinterpreter for `executor="interpreter"`), plus an
   event loop for asynchronous segments (a background thread for `for`, only
   if the program has such segments; the caller's loop for `async for`).
 * `InlineEngine` / `AsyncInlineEngine`: `worker_count=0`, the pipeline run by
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aioloader import _interrupts as interrupts
 from aioloader._device import DeviceEngine
 from aioloader._inline import arun_inline, inline_steps, run_inline
+from aioloader._interpreter_executor import interpreter_runner
 from aioloader._loop_thread import AsyncSegments, LoopThread
 from aioloader._pipeline import Pipeline
 from aioloader._positions import Position
@@ -50,9 +52,8 @@ class ThreadedEngine:
                 loop = self._loop_thread.loop
             self._segments = AsyncSegments(self.pipeline, loop)
             self.pipeline.use_async_runner(self._segments)
-        self._workers = WorkerThreads(
-            self.pipeline, thread_runner(program), loader.worker_count, "aioloader-worker"
-        )
+        runner = interpreter_runner(program) if loader.executor == "interpreter" else thread_runner(program)
+        self._workers = WorkerThreads(self.pipeline, runner, loader.worker_count, "aioloader-worker")
 
     def next(self) -> tuple[Outputs, int] | None:
         return self.pipeline.get()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aioloader._device import DevicePut
+from aioloader._interpreter_executor import check_interpreter_executor
 from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._operations import compile_operations
 from aioloader._options import ReadOptions
@@ -14,7 +15,7 @@ from aioloader._sampler import IndexSampler
 from aioloader._sources import check_source, describe_source
 from aioloader._validation import require_int
 
-EXECUTORS = ("thread",)
+EXECUTORS = ("thread", "interpreter")
 
 
 class DataLoader:
@@ -28,8 +29,12 @@ class DataLoader:
 
     `worker_count=0` runs everything in the caller's thread (the debug mode);
     `worker_count=N` runs reads and operations on N worker threads, each with
-    its own deep copy of the operations. `device_put=DevicePut(...)` puts each
-    output on the accelerator ahead of the consumer.
+    its own deep copy of the operations. With `executor="interpreter"` (CPython
+    3.13+), each worker thread runs the per-record maps, filters and flat-maps
+    (and the reads of a small picklable source) in its own isolated
+    subinterpreter, with its own GIL; `worker_count=0` still runs inline, in
+    the caller's thread. `device_put=DevicePut(...)` puts each output on the
+    accelerator ahead of the consumer.
     """
 
     def __init__(
@@ -53,6 +58,8 @@ class DataLoader:
             raise TypeError(f"`read_options` must be a ReadOptions or None, got {read_options!r}.")
         if device_put is not None and not isinstance(device_put, DevicePut):
             raise TypeError(f"`device_put` must be a DevicePut or None, got {device_put!r}.")
+        if executor == "interpreter":
+            check_interpreter_executor(self.operations)
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
         self.device_put = device_put
         self.read_options = read_options or ReadOptions()
