@@ -1,0 +1,160 @@
+"""Transforms and sources for the `executor="interpreter"` tests.
+
+Module-level, and in a module that imports no pytest, so that subinterpreters
+load them cheaply by reference. Each records nothing outside itself: a
+subinterpreter has its own copy of this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from aioloader import FlatMapTransform, MapTransform, RandomMapTransform
+
+
+class FailOn(MapTransform):
+    """Raises `error` on the chosen record values."""
+
+    def __init__(self, bad: set[int], error: type[Exception] = ValueError) -> None:
+        self.bad, self.error = bad, error
+
+    def map(self, element: Any) -> Any:
+        if element in self.bad:
+            raise self.error(f"bad element {element}")
+        return element
+
+
+class RandomFailOn(RandomMapTransform):
+    """A random map (so it runs in the main interpreter) that raises on the chosen values."""
+
+    def __init__(self, bad: set[int]) -> None:
+        self.bad = bad
+
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        if element in self.bad:
+            raise KeyError(f"random map failed on {element}")
+        return element
+
+
+class Picky(Exception):
+    """An exception that cannot be rebuilt from its args, as pickle tries to."""
+
+    def __init__(self, element: int, why: str) -> None:
+        super().__init__(f"{why}: {element}")
+
+
+class RaisesPicky(MapTransform):
+    def map(self, element: Any) -> Any:
+        if element == 4:
+            raise Picky(element, "picky about")
+        return element
+
+
+class Unpicklable(MapTransform):
+    """Returns a lock (which does not pickle) for record value 6."""
+
+    def map(self, element: Any) -> Any:
+        return threading.Lock() if element == 6 else element
+
+
+class UsesNumpy(MapTransform):
+    def map(self, element: Any) -> Any:
+        return np.int64(element)
+
+
+class HoldsAnArray(MapTransform):
+    """Picklable, but loading it needs NumPy."""
+
+    def __init__(self) -> None:
+        self.table = np.arange(4)
+
+    def map(self, element: Any) -> Any:
+        return element
+
+
+class Pair(FlatMapTransform):
+    """Each element twice."""
+
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        return [element, element]
+
+
+class BrokenSource:
+    """Picklable, so it is read in the subinterpreters; the chosen keys cannot be read."""
+
+    def __init__(self, size: int, bad: set[int]) -> None:
+        self.size, self.bad = size, bad
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        if key in self.bad:
+            raise OSError(f"cannot read key {key}")
+        return key
+
+
+def shout(text: str) -> str:
+    return text.upper()
+
+
+def count_primes_below(n: int) -> int:
+    """Pure-Python CPU work on small ints (the benchmarks' workload)."""
+    found = 0
+    for candidate in range(2, n):
+        divisor = 2
+        while divisor * divisor <= candidate:
+            if candidate % divisor == 0:
+                break
+            divisor += 1
+        else:
+            found += 1
+    return found
+
+
+class Ledger:
+    """Records alive in this interpreter, and how many it holds now (made here, not yet delivered)."""
+
+    # Reentrant: on free-threaded CPython a queued `__del__` can run while the lock is held.
+    lock = threading.RLock()
+    held = peak = alive = 0
+
+    @classmethod
+    def change(cls, held: int = 0, alive: int = 0) -> None:
+        with cls.lock:
+            cls.held += held
+            cls.alive += alive
+            cls.peak = max(cls.peak, cls.held)
+
+
+class Tracked:
+    """A record counted where it is made; it crosses by being made again (`__reduce__`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        Ledger.change(held=+1, alive=+1)
+
+    def __reduce__(self) -> tuple[type[Tracked], tuple[int]]:
+        return Tracked, (self.value,)
+
+    def __del__(self) -> None:
+        Ledger.change(alive=-1)
+
+
+class TrackedSource:
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, key: int) -> Tracked:
+        return Tracked(key)
+
+
+class Identity(MapTransform):
+    def map(self, element: Any) -> Any:
+        return element

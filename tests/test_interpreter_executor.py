@@ -1,0 +1,403 @@
+"""`executor="interpreter"`: the contracts hold unchanged, and what cannot work says so.
+
+Run where subinterpreters exist (CPython 3.13+, GIL or free-threaded build);
+elsewhere only the rejection of the executor is tested. The pipelines are the
+contract tests' CASES, checked against the same reference evaluator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioloader import Batch, DataLoader, IndexSampler, InMemoryDataSource, RangeDataSource, ReadOptions
+from aioloader._subinterpreter_prelude import Unavailable
+from aioloader._subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
+from tests import subinterpreter_ops as ops
+from tests.conftest import aioloader_threads
+from tests.pipelines import CASES, Case, assert_same_outputs, collect_async, expected
+
+REPO = Path(__file__).resolve().parent.parent
+MISSING = unavailable()
+needs_subinterpreters = pytest.mark.skipif(MISSING is not None, reason=f"{MISSING}")
+
+# ToDict's map calls NumPy, which cannot run in a subinterpreter: that case is the NumPy test below.
+RUNNABLE = [case for case in CASES if case.name != "dict-batch"]
+RUNNABLE_IDS = [case.name for case in RUNNABLE]
+
+
+def live_interpreters() -> int:
+    """How many interpreters exist in this process, the main one included."""
+    try:
+        return len(importlib.import_module("concurrent.interpreters").list_all())
+    except ImportError:
+        return len(importlib.import_module("_interpreters").list_all())
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_interpreters() -> Any:
+    """Every test must destroy every subinterpreter it made, once its iterators are closed."""
+    before = live_interpreters() if MISSING is None else 0
+    yield
+    gc.collect()
+    if MISSING is None:
+        assert live_interpreters() == before
+
+
+def loader(operations: list[Any], workers: int = 2, source: Any = None, **kwargs: Any) -> DataLoader:
+    return DataLoader(
+        data_source=source or RangeDataSource(0, 40),
+        sampler=IndexSampler(40, seed=5),
+        operations=operations,
+        worker_count=workers,
+        executor="interpreter",
+        **kwargs,
+    )
+
+
+def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
+    got: list[Any] = []
+    try:
+        for item in loader:
+            got.append(item)
+    except Exception as error:
+        return got, error
+    raise AssertionError(f"no error after {len(got)} outputs")
+
+
+def notes(error: BaseException) -> str:
+    return "\n".join(getattr(error, "__notes__", []))
+
+
+# Contract 7, and this issue's: what cannot work says so at once.
+
+
+@pytest.mark.skipif(MISSING is None, reason="this Python has subinterpreters")
+def test_a_python_without_subinterpreters_names_the_versions_that_have_them() -> None:
+    with pytest.raises(ValueError, match=r'`executor="interpreter"` cannot run here: .*3\.13\+.*3\.14\+'):
+        loader([ops.Identity()])
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize(
+    ("operation", "message"),
+    [
+        (lambda x: x, r"`operations\[1\]` \(<lambda>\) cannot be sent to a subinterpreter \(Pickling"),
+        (ops.FailOn({1}, error=type("Local", (Exception,), {})), r"`operations\[1\]` \(FailOn\)"),
+    ],
+    ids=["lambda", "holds-a-local-class"],
+)
+def test_operations_that_do_not_pickle_are_rejected_at_once(operation: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        loader([ops.Identity(), operation])
+
+
+@needs_subinterpreters
+def test_operations_from_main_are_rejected_at_once() -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from aioloader import DataLoader, MapTransform, RangeDataSource, SequentialSampler
+        class Double(MapTransform):
+            def map(self, x):
+                return 2 * x
+        try:
+            DataLoader(data_source=RangeDataSource(0, 4), sampler=SequentialSampler(4),
+                       operations=[Double()], worker_count=1, executor="interpreter")
+        except TypeError as error:
+            print(error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "`operations[0]` (Double) cannot be sent to a subinterpreter" in done.stdout, done.stderr
+    assert "defined in __main__" in done.stdout
+
+
+@needs_subinterpreters
+def test_random_maps_and_operations_after_batch_need_not_pickle() -> None:
+    # They run in the worker threads, on their copy of the program.
+    out = list(loader([ops.Identity(), Batch(8), lambda b: b.sum()], source=RangeDataSource(0, 40)))
+    assert [int(x) for x in out] == [sum(range(b, b + 8)) for b in range(0, 40, 8)]
+
+
+@needs_subinterpreters
+def test_a_numpy_transform_fails_clearly_in_order() -> None:
+    got, error = drain(loader([ops.Identity(), ops.UsesNumpy()]))
+    assert got == []
+    assert type(error) is ImportError
+    assert 'NumPy-based transforms belong on executor="thread"' in str(error)
+    assert "does not support loading in subinterpreters" in str(error)
+    assert "operations[1] (UsesNumpy.map) failed on the record with index=0" in notes(error)
+
+
+@needs_subinterpreters
+def test_the_contracts_numpy_pipeline_fails_clearly() -> None:
+    (case,) = [case for case in CASES if case.name == "dict-batch"]
+    with pytest.raises(ImportError, match='NumPy-based transforms belong on executor="thread"'):
+        list(case.loader(2, executor="interpreter"))
+
+
+@needs_subinterpreters
+def test_an_operation_that_cannot_load_there_fails_at_the_first_output() -> None:
+    with pytest.raises(SubinterpreterError, match=r"operations\[0\] \(HoldsAnArray.map\) cannot be loaded"):
+        next(iter(loader([ops.HoldsAnArray()])))
+    assert aioloader_threads() == []
+
+
+@needs_subinterpreters
+def test_a_module_that_refuses_subinterpreters_fails_at_the_first_output() -> None:
+    pytest.importorskip("pyarrow")
+    from tests.subinterpreter_refusal import NeedsPyarrow
+
+    with pytest.raises(SubinterpreterError, match=r"must load in an isolated subinterpreter") as caught:
+        next(iter(loader([NeedsPyarrow()])))
+    assert "does not support loading in subinterpreters" in str(caught.value)
+
+
+def test_the_numpy_stand_in_says_why_and_what_to_do() -> None:
+    stand_in = Unavailable("numpy", ImportError("module numpy._core does not support loading"))
+    with pytest.raises(ImportError, match=r'does not support loading.*executor="thread"'):
+        stand_in.zeros  # noqa: B018
+    with pytest.raises(ImportError):
+        stand_in.__path__  # noqa: B018 - so that `import numpy.typing` fails as clearly
+    with pytest.raises(AttributeError):
+        stand_in.__wrapped__  # noqa: B018
+
+
+# Contract 1: the same output as threads, i.e. as the reference.
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_sync_output_matches_the_reference(case: Case, workers: int) -> None:
+    assert_same_outputs(list(case.loader(workers, executor="interpreter")), expected(case))
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
+def test_async_output_matches_the_reference(case: Case) -> None:
+    assert_same_outputs(asyncio.run(collect_async(case.loader(2, executor="interpreter"))), expected(case))
+
+
+@needs_subinterpreters
+def test_a_tiny_window_and_many_workers() -> None:
+    case = RUNNABLE[1]
+    options = ReadOptions(num_threads=1, prefetch_buffer_size=1)
+    assert_same_outputs(list(case.loader(3, executor="interpreter", read_options=options)), expected(case))
+
+
+@needs_subinterpreters
+def test_records_and_results_larger_than_the_shared_buffer() -> None:
+    texts = [f"{i}:" + "x" * 50_000 for i in range(120)]  # 6 MB: read here, sent in chunks
+    out = list(
+        DataLoader(
+            data_source=InMemoryDataSource(texts),
+            sampler=IndexSampler(120, shuffle=True, seed=3),
+            operations=[ops.shout, ops.Pair()],
+            worker_count=2,
+            executor="interpreter",
+            read_options=ReadOptions(prefetch_buffer_size=300),
+        )
+    )
+    keys = [IndexSampler(120, shuffle=True, seed=3)[i].record_key for i in range(120)]
+    assert out[::2] == [texts[k].upper() for k in keys]
+    assert out[1::2] == [texts[k].upper() for k in keys]
+
+
+# Contract 2: resume, also across executors and worker counts.
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
+def test_resume_at_every_output(case: Case) -> None:
+    wanted = expected(case)
+    with iter(case.loader(2, executor="interpreter")) as iterator:
+        states = [iterator.get_state()]
+        for _ in wanted:
+            next(iterator)
+            states.append(iterator.get_state())
+    for k, state in enumerate(states):
+        resumed = iter(case.loader(0))
+        resumed.set_state(json.loads(json.dumps(state)))
+        assert_same_outputs(list(resumed), wanted[k:])
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
+def test_a_state_from_threads_resumes_in_subinterpreters(case: Case) -> None:
+    wanted = expected(case)
+    for cut in sorted({1, len(wanted) // 2, len(wanted) - 1}):
+        with iter(case.loader(3)) as first:
+            head = [next(first) for _ in range(cut)]
+            state = first.get_state()
+        with iter(case.loader(1, executor="interpreter")) as second:
+            second.set_state(state)
+            assert_same_outputs(head + list(second), wanted)
+
+
+# Contract 4: errors in order, with type, message, traceback, index and key.
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_output_before_the_error_is_delivered(workers: int) -> None:
+    got, error = drain(loader([ops.FailOn({13, 17, 30})], workers, source=RangeDataSource(0, 40)))
+    assert got == [IndexSampler(40, seed=5)[i].record_key for i in range(13)]
+    assert type(error) is ValueError
+    assert str(error) == "bad element 13"
+    assert "operations[0] (FailOn.map) failed on the record with index=13, record_key=13" in notes(error)
+
+
+@needs_subinterpreters
+def test_the_traceback_from_the_subinterpreter_is_the_cause() -> None:
+    _, error = drain(loader([ops.FailOn({2})]))
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert "in map" in str(error.__cause__)
+    assert 'raise self.error(f"bad element {element}")' in str(error.__cause__)
+
+
+@needs_subinterpreters
+def test_an_exception_that_cannot_be_rebuilt_arrives_by_name_and_message() -> None:
+    got, error = drain(loader([ops.RaisesPicky()]))
+    assert got == [0, 1, 2, 3]
+    assert type(error) is SubinterpreterError
+    assert str(error) == "tests.subinterpreter_ops.Picky: picky about: 4"
+    assert "index=4, record_key=4" in notes(error)
+
+
+@needs_subinterpreters
+def test_a_result_that_cannot_be_sent_back_fails_its_record_in_order() -> None:
+    got, error = drain(loader([ops.Unpicklable()]))
+    assert got == [0, 1, 2, 3, 4, 5]
+    assert "sending results from a subinterpreter failed on the record with index=6" in notes(error)
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize(
+    ("operations", "first", "kind", "where"),
+    [
+        ([ops.FailOn({20}), ops.RandomFailOn({5})], 5, KeyError, "operations[1]"),
+        ([ops.RandomFailOn({20}), ops.FailOn({5})], 5, ValueError, "operations[1]"),
+        ([ops.RandomFailOn({5}), ops.FailOn({20})], 5, KeyError, "operations[0]"),
+    ],
+    ids=["there-then-here", "here-then-there", "here-first"],
+)
+def test_the_earliest_failure_wins_across_interpreters(
+    operations: list[Any], first: int, kind: type[Exception], where: str
+) -> None:
+    got, error = drain(loader(operations, source=RangeDataSource(0, 40)))
+    assert len(got) == first
+    assert type(error) is kind
+    assert where in notes(error)
+
+
+@needs_subinterpreters
+def test_read_errors_in_the_subinterpreter_name_the_source_and_the_key() -> None:
+    got, error = drain(loader([ops.Identity()], source=ops.BrokenSource(40, {9})))
+    keys = [IndexSampler(40, seed=5)[i].record_key for i in range(40)]
+    assert got == keys[: keys.index(9)]
+    assert type(error) is OSError
+    assert "reading from BrokenSource failed" in notes(error)
+    assert "record_key=9" in notes(error)
+
+
+# Contract 5: shutdown destroys every subinterpreter and joins every thread.
+
+
+def busy_loader() -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, 10_000),
+        sampler=IndexSampler(10_000, shuffle=True, num_epochs=None, seed=0),
+        operations=[ops.count_primes_below, Batch(4)],
+        worker_count=2,
+        executor="interpreter",
+    )
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("how", ["close", "leave-the-loop", "garbage-collection", "async-aclose"])
+def test_stopping_destroys_every_subinterpreter(how: str) -> None:
+    before = live_interpreters()
+    if how == "close":
+        iterator = iter(busy_loader())
+        next(iterator)
+        assert live_interpreters() == before + 2
+        iterator.close()
+    elif how == "leave-the-loop":
+        for i, _ in enumerate(busy_loader()):
+            if i == 3:
+                break
+    elif how == "garbage-collection":
+        iterator = iter(busy_loader())
+        next(iterator)
+        del iterator
+    else:
+
+        async def run() -> None:
+            iterator = aiter(busy_loader())
+            await anext(iterator)
+            await iterator.aclose()
+
+        asyncio.run(run())
+    gc.collect()
+    assert aioloader_threads() == []
+    assert live_interpreters() == before
+
+
+@needs_subinterpreters
+def test_interpreter_exit_with_a_running_loader() -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.test_interpreter_executor import busy_loader
+        iterator = iter(busy_loader())
+        next(iterator)
+        print("running", flush=True)
+        sys.exit(0)
+        """
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "running"), done.stderr
+    assert "subinterpreter" not in done.stderr.lower(), done.stderr
+    assert time.monotonic() - started < 30
+
+
+# Contract 3: bounded memory.
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("window", [8, 100])
+def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> None:
+    ops.Ledger.held = ops.Ledger.peak = 0
+    iterator = iter(
+        DataLoader(
+            data_source=ops.TrackedSource(),
+            sampler=IndexSampler(1_000_000, shuffle=True, seed=0),
+            operations=[ops.Identity()],
+            worker_count=2,
+            executor="interpreter",
+            read_options=ReadOptions(prefetch_buffer_size=window),
+        )
+    )
+    for _ in range(300):
+        time.sleep(0.0005)
+        next(iterator)
+        ops.Ledger.change(held=-1)
+    iterator.close()
+    gc.collect()
+    assert ops.Ledger.peak <= window
+    assert ops.Ledger.alive == 0
