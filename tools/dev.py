@@ -2,10 +2,11 @@
 
 ./dev train          set up, then train the example model fed by aioloader
 ./dev test [ARGS]    set up, then lint, type-check and run pytest on every
-                     interpreter session (ARGS go to each pytest run)
+                     interpreter session: 3.11, 3.13t, and pyenv's 3.13 for the
+                     subinterpreters (ARGS go to each pytest run)
 ./dev bench [ARGS]   set up, then run the benchmark suite
 ./dev python-ft      print the path of a free-threaded CPython (building one if needed)
-./dev env NAME       print the python of the environment NAME (gil, ft)
+./dev env NAME       print the python of the environment NAME (gil, ft, gil313)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tools.envs import EnvSpec, ensure_env
-from tools.interpreters import ToolchainError, free_threaded_python
+from tools.interpreters import ToolchainError, free_threaded_python, pyenv_python
 from tools.log import say
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,13 @@ def ft_spec() -> EnvSpec:
     return EnvSpec("ft", free_threaded_python(), extras, binary_only=True)
 
 
-SPECS: dict[str, Callable[[], EnvSpec]] = {"gil": gil_spec, "ft": ft_spec}
+def gil313_spec() -> EnvSpec:
+    """pyenv's CPython 3.13 (GIL build): the subinterpreter session (`_interpreters`)."""
+    extras = ("jax", "parquet", "zstd", "arrayrecord-builtin", "dev")
+    return EnvSpec("gil313", pyenv_python("3.13"), extras, binary_only=True)
+
+
+SPECS: dict[str, Callable[[], EnvSpec]] = {"gil": gil_spec, "ft": ft_spec, "gil313": gil313_spec}
 
 
 def run(python: Path, args: Sequence[str], **env: str) -> int:
@@ -45,7 +52,8 @@ def run(python: Path, args: Sequence[str], **env: str) -> int:
 
 
 def test(pytest_args: Sequence[str]) -> int:
-    """Lint and type-check once, then run pytest on the GIL and free-threaded builds."""
+    """Lint and type-check once, then run pytest on the GIL and free-threaded builds,
+    and on pyenv's CPython 3.13 (GIL), where `executor="interpreter"` runs."""
     timings: list[tuple[str, float, int]] = []
 
     def step(name: str, action: Callable[[], int]) -> None:
@@ -64,6 +72,11 @@ def test(pytest_args: Sequence[str]) -> int:
     step(
         "pytest (free-threaded, PYTHON_GIL=0)",
         lambda: run(ft, ["-m", "pytest", *pytest_args], PYTHON_GIL="0", AIOLOADER_GIL_PYTHON=str(gil)),
+    )
+    gil313 = ensure_env(gil313_spec(), REPO)
+    step(
+        "pytest (CPython 3.13, GIL: subinterpreters)",
+        lambda: run(gil313, ["-m", "pytest", *pytest_args], AIOLOADER_GIL_PYTHON=str(gil)),
     )
     for name, seconds, code in timings:
         say(f"{'ok  ' if code == 0 else 'FAIL'} {name} ({seconds:.0f} s)")

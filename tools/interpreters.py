@@ -1,4 +1,5 @@
-"""Find, or else build, a free-threaded CPython (3.14t or 3.13t).
+"""Find the interpreters of the test sessions: a free-threaded CPython (3.14t or
+3.13t), found or else built, and pyenv's GIL builds (`pyenv_python`).
 
 The search order is cheapest first:
 
@@ -62,6 +63,35 @@ def free_threaded_python() -> Path:
         if found is not None:
             return found
     raise ToolchainError("no free-threaded CPython could be found or built (see the messages above)")
+
+
+def pyenv_python(version: str) -> Path:
+    """The python of pyenv's newest CPython `version`.x (a GIL build), or a ToolchainError.
+
+    Asks `pyenv prefix` when pyenv is on PATH, else looks in `$PYENV_ROOT/versions`
+    (by default `~/.pyenv/versions`).
+    """
+    for prefix in _pyenv_prefixes(version):
+        python = prefix / "bin" / f"python{version}"
+        if python.exists() and not is_free_threaded(python):
+            return python
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    raise ToolchainError(
+        f"no CPython {version} found by `pyenv prefix {version}` or in {root / 'versions'}: "
+        f"install one with `pyenv install {version}`"
+    )
+
+
+def _pyenv_prefixes(version: str) -> list[Path]:
+    prefixes: list[Path] = []
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        found = subprocess.run([pyenv, "prefix", version], capture_output=True, text=True)
+        if found.returncode == 0:
+            prefixes += [Path(part) for part in found.stdout.strip().split(":") if part]
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    installed = [p for p in (root / "versions").glob(f"{version}.*") if re.fullmatch(r"[\d.]+", p.name)]
+    return prefixes + sorted(installed, key=lambda p: [int(part) for part in p.name.split(".")], reverse=True)
 
 
 def _on_path() -> Path | None:
