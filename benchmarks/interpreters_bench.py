@@ -138,25 +138,20 @@ def measure(name: str, run: Callable[[], float | tuple[float, float]], repeats: 
     return name, seconds, statistics.median(starts) if starts else None
 
 
-def print_table(rows: list[Row], records: int) -> None:
+def print_row(row: Row, base: float, records: int) -> None:
     """Records/s and the ratio to the plain loop, for the whole pass and after the first output."""
-    base = rows[0][1]
-    print(f"| {'':40} | records/s | x plain | first output | x plain after it |")
-    print(f"| {'-' * 40} | --------: | ------: | -----------: | ---------------: |")
-    for name, seconds, first in rows:
-        steady = seconds if first is None else (seconds - first) * records / (records - 1)
-        start = "" if first is None else f"{first * 1000:.0f} ms"
-        print(
-            f"| {name:40} | {records / seconds:9.0f} | {base / seconds:7.2f} | {start:>12} "
-            f"| {base / steady:16.2f} |"
-        )
+    name, seconds, first = row
+    steady = seconds if first is None else (seconds - first) * records / (records - 1)
+    start = "" if first is None else f"{first * 1000:.0f} ms"
+    rate, ratio = f"{records / seconds:9.0f}", f"{base / seconds:7.2f}"
+    print(f"| {name:40} | {rate} | {ratio} | {start:>12} | {base / steady:16.2f} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=40_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--patience", type=float, default=300, help="seconds to wait for a quiet machine")
+    parser.add_argument("--patience", type=float, default=30, help="seconds to wait for a quiet machine")
     args = parser.parse_args()
     records, repeats, quiet = args.records, args.repeats, Quiet(args.patience)
     build = "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "GIL"
@@ -173,7 +168,13 @@ def main() -> None:
         if (executor, workers) != ("interpreter", 0):  # inline: the same as threads
             name = f"loader: {executor}, worker_count={workers}"
             runs.append((name, lambda e=executor, w=workers: loader_pass(records, e, w)))
-    print_table([measure(name, run, repeats, quiet) for name, run in runs], records)
+    print(f"| {'':40} | records/s | x plain | first output | x plain after it |")
+    print(f"| {'-' * 40} | --------: | ------: | -----------: | ---------------: |")
+    base = 0.0
+    for name, run in runs:
+        row = measure(name, run, repeats, quiet)
+        base = base or row[1]
+        print_row(row, base, records)
     print(f"\nother programs used at most {quiet.worst:.0%} of the CPUs just before a pass")
 
 
