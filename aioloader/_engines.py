@@ -26,6 +26,7 @@ from aioloader._loop_thread import AsyncSegments, LoopThread
 from aioloader._pipeline import Pipeline
 from aioloader._positions import Position
 from aioloader._program import Outputs
+from aioloader._read_pool import ReadPool
 from aioloader._workers import WorkerThreads, thread_runner
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class ThreadedEngine:
         self, loader: DataLoader, position: Position, loop: asyncio.AbstractEventLoop | None
     ) -> None:
         program = loader.program()
+        self._read_pool = program.read_pool = ReadPool(loader.read_options.num_threads)
         self.pipeline = Pipeline(program, position, loader.read_options, loader.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
@@ -73,13 +75,16 @@ class ThreadedEngine:
     def close(self) -> None:
         """Stop everything and join every thread (any thread may call it)."""
         self._stop()
+        self._read_pool.close()
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
 
     async def aclose(self) -> None:
-        """`close` on the consumer's loop: waits for the workers without blocking it."""
+        """`close` on the consumer's loop: waits for the workers without blocking it
+        (the read pool's threads end with the reads in flight: a few milliseconds)."""
         self._stop()
+        self._read_pool.close()
         deadline = time.monotonic() + 2.0
         while self._workers.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.001)

@@ -61,7 +61,7 @@ def inline_steps(program: Program, position: Position, prefetch_buffer_size: int
 
 
 def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any, tuple[Any, float]]:
-    """Run one stage's segments; return the result and the seconds of synchronous work.
+    """Run one stage's segments; return the result and the CPU seconds of synchronous work.
 
     Awaited segments (async reads and maps) are not counted: waiting on I/O is
     not work, and counting it would shrink the chunks, and with them the reads
@@ -72,9 +72,9 @@ def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any
         if segment.on_loop:
             payload = yield Await(program.arun_segment(stage, k, payload))
         else:
-            started = time.perf_counter()
+            started = time.thread_time()
             payload = program.run_segment(stage, k, payload)
-            seconds += time.perf_counter() - started
+            seconds += time.thread_time() - started
     return payload, seconds
 
 

@@ -1,13 +1,13 @@
 """Chunk sizes: how many sampler indices travel to a worker at once.
 
 Per-chunk hand-offs between threads cost tens of microseconds, so a chunk
-should be about a millisecond of work; how long a record takes is only known
-once some have been processed. The first chunk is one record (or one batch),
-so the first output comes as soon as possible and its cost is measured before
-any other chunk is sized (the pipeline waits for it); later chunks are sized
-from the measured cost per record. Chunking
-never changes the output: records get their generator from their index, and
-fused chunks always hold whole batches.
+should be about a millisecond of work (CPU time: waiting for I/O or for the
+GIL is not work); how long a record takes is only known once some have been
+processed. The first chunk is one record (or one batch), so the first output
+comes as soon as possible and its cost is measured before any other chunk is
+sized (the pipeline waits for it); later chunks are sized from the measured
+cost per record. Chunking never changes the output: records get their
+generator from their index, and fused chunks always hold whole batches.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from aioloader._batching import BatchPlan, BatchRun
 from aioloader._failures import Failure
 from aioloader._operations import Kind, Op, Operations
 from aioloader._positions import EvenPositions, Position, positions_after_elements, positions_before_elements
+from aioloader._read_pool import SLOW_READ_SECONDS, ReadPool
 from aioloader._records import RecordChunk, aread, read
 from aioloader._sampler import IndexSampler
 from aioloader._sources import is_async_source
@@ -117,6 +119,7 @@ class Program:
         self.plan = _choose_plan(operations)
         self.stages = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
+        self.read_pool: ReadPool | None = None  # set by engines with worker threads
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations and sampler, the same source.
@@ -154,7 +157,15 @@ class Program:
         return RecordChunk(job.start, keys, job.skip, job.skip_outputs)
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
+        pool = self.read_pool
+        if pool is not None and pool.engaged:
+            read(self.source, chunk, pool.map)
+            return chunk
+        started = time.perf_counter()
         read(self.source, chunk)
+        slow = time.perf_counter() - started > SLOW_READ_SECONDS * len(chunk.keys)
+        if pool is not None and slow and not hasattr(self.source, "__getitems__"):
+            pool.engaged = True  # for every worker: see `_read_pool`
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -51,13 +52,14 @@ class RecordChunk(Run):
         self.origins = origins[drop:]
 
 
-def read(source: Any, chunk: RecordChunk) -> None:
+def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] = map) -> None:
     """Read the chunk's records from a random-access source, in order.
 
     `__getitems__` reads the whole chunk in one call when the source has it;
     if that raises, the keys are read one by one to find the failing record.
-    One by one, the records are collected at C speed by `list.extend`, which
-    keeps what it appended before a read raised: its length is the failing key's.
+    One by one, `mapper` (`map`, or a read pool's concurrent map) reads them
+    in order, and `list.extend` collects them at C speed, keeping what it
+    appended before a read raised: its length is the failing key's.
     """
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
@@ -69,7 +71,7 @@ def read(source: Any, chunk: RecordChunk) -> None:
     items: list[Any] = []
     chunk.items = items
     try:
-        items.extend(map(source.__getitem__, chunk.keys))
+        items.extend(mapper(source.__getitem__, chunk.keys))
     except Exception as error:
         chunk.fail(len(items), error, f"reading from {type(source).__name__}")
 

@@ -41,9 +41,11 @@ class WorkerThreads:
         try:
             with self._make_runner() as run:
                 while (work := pipeline.next_work()) is not None:
-                    started = time.perf_counter()
+                    # CPU time, not wall time, sizes the chunks: time spent waiting
+                    # (for reads in the read pool, for the GIL) is not work.
+                    started = time.thread_time()
                     payload = run(work.stage, work.segment, work.payload)
-                    pipeline.advance(work, payload, time.perf_counter() - started)
+                    pipeline.advance(work, payload, time.thread_time() - started)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work, payload

@@ -1,0 +1,69 @@
+"""`ReadOptions.num_threads` reads in flight from a slow random-access source."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from aioloader import DataLoader, IndexSampler, ReadOptions
+from tests.conftest import aioloader_threads, repeated
+
+
+class SlowSource:
+    """Each read waits 1 ms (a network disk); counts the reads in flight."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.001)
+        with self.lock:
+            self.in_flight -= 1
+        return key * 2
+
+
+def loader(source: SlowSource, workers: int, threads: int) -> DataLoader:
+    return DataLoader(
+        data_source=source,
+        sampler=IndexSampler(source.size, shuffle=True, seed=4),
+        worker_count=workers,
+        read_options=ReadOptions(num_threads=threads),
+    )
+
+
+@repeated
+@pytest.mark.parametrize(("workers", "threads"), [(1, 8), (2, 6)])
+def test_slow_reads_go_to_num_threads_threads_in_order(workers: int, threads: int, repeat: int) -> None:
+    source = SlowSource(400)
+    keys = IndexSampler(400, shuffle=True, seed=4).record_keys(0, 400)
+    assert list(loader(source, workers, threads)) == [key * 2 for key in keys]
+    assert workers < source.most_in_flight <= threads
+
+
+def test_read_threads_are_joined_on_close() -> None:
+    source = SlowSource(10_000)
+    with iter(loader(source, 2, 8)) as iterator:
+        for _ in range(200):
+            next(iterator)
+        assert any(t.name.startswith("aioloader-read") for t in aioloader_threads())
+    assert aioloader_threads() == []
+
+
+def test_fast_reads_stay_on_the_workers() -> None:
+    class Fast(SlowSource):
+        def __getitem__(self, key: int) -> int:
+            return key * 2
+
+    with iter(loader(Fast(5000), 2, 8)) as iterator:
+        assert sum(1 for _ in iterator) == 5000
+        assert not any(t.name.startswith("aioloader-read") for t in aioloader_threads())
