@@ -4,8 +4,13 @@ A KeyboardInterrupt raised while the main thread waits in `next()` closes
 the iterator there. But it usually arrives during the training step, and
 then the traceback keeps the iterator alive as long as the exception is
 handled; its threads would run on. So while sync iterators with threads are
-running, SIGINT goes through a handler that closes them first and then does
+running, SIGINT goes through a handler that has them closed and then does
 what Python's default handler does: raise KeyboardInterrupt.
+
+The handler does not close them itself: it runs in the main thread between
+two bytecodes, perhaps inside `next()` while that holds the pipeline's lock,
+and `close()` takes the same lock. A thread of its own closes them instead,
+while the KeyboardInterrupt unwinds the main thread and releases the lock.
 
 The handler is only installed in the main thread and only over Python's own
 default handler, never over one the program set; it is put back when the last
@@ -14,6 +19,7 @@ iterator closes in the main thread.
 
 from __future__ import annotations
 
+import _thread
 import signal
 import threading
 import weakref
@@ -47,6 +53,15 @@ def unwatch(engine: Closable) -> None:
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
-    for engine in list(_running):
-        engine.close()
+    engines = list(_running)
+    _running.clear()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # `_thread`, not `threading`: starting a `threading.Thread` takes a lock the
+    # main thread may hold right now (if it was starting a thread itself).
+    _thread.start_new_thread(_close, (engines,))
     signal.default_int_handler(signum, frame)
+
+
+def _close(engines: list[Closable]) -> None:
+    for engine in engines:
+        engine.close()
