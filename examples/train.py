@@ -1,7 +1,6 @@
 """Train an MLP in plain JAX, fed by aioloader, checkpointed with orbax; run it again and it resumes.
 
-    ./dev train                                   # the same as:
-    python examples/train.py --steps 2000 --workdir runs/train
+    ./dev train                 # the same as: python examples/train.py --workdir runs/train
 
 The data is generated: a regression problem whose targets come from a fixed
 random "teacher" network, held in memory and read record by record. The
@@ -13,7 +12,9 @@ Every `--checkpoint-every` steps an orbax CheckpointManager saves the model
 and the loader's position together. A new run restores both from the latest
 checkpoint and goes on with exactly the batches the old run would have seen
 next, so a job that is killed and started again trains as if it never
-stopped. `--steps` is the total to reach; a finished run does nothing more.
+stopped. Each run trains to the end of the next stage of 2000 steps (the
+first to step 2000, the next to 4000, ...), so a run killed mid-stage and
+started again finishes the same stage; `--steps N` trains to step N instead.
 
 On several hosts, call `jax.distributed.initialize()` first: each process then
 reads its own shard of the records (`ShardByJaxProcess`), its batches become
@@ -24,10 +25,10 @@ state into the same checkpoint.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,10 @@ State = dict[str, Any]  # {"params": ..., "momentum": ...}, pytrees of jax.Array
 Batch = dict[str, jax.Array]  # {"x": (batch, features), "y": (batch,)}
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Config:
-    steps: int = 2000
+    steps: int | None = None  # the step to reach; None: the end of the next stage
+    stage: int = 2000
     workdir: Path = Path("runs/train")
     batch_size: int = 128  # global: split between JAX processes, then between devices
     checkpoint_every: int = 200
@@ -57,6 +59,10 @@ class Config:
     features: int = 32
     hidden: int = 256
     learning_rate: float = 0.02
+
+    def end(self, start: int) -> int:
+        """The step to train to from `start`: `steps`, or the end of the stage after `start`."""
+        return self.steps if self.steps is not None else (start // self.stage + 1) * self.stage
 
 
 # --- Data -----------------------------------------------------------------------------
@@ -189,25 +195,24 @@ OnStep = Callable[[int, Batch, jax.Array], None]
 
 
 def train(config: Config, on_step: OnStep | None = None) -> State:
-    """Train to `config.steps`, resuming from the latest checkpoint in `config.workdir`.
+    """Train to `config.end(start)`, resuming at `start`, the latest checkpoint in `config.workdir`.
 
     `on_step(step, batch, loss)` is called after every step (for tests and tools).
     """
     train_step = make_train_step(config.learning_rate)
     with checkpoint_manager(config) as manager, iter(make_loader(config)) as batches:
         start, state = restore(manager, init_state(config), batches)
-        say(f"{'resumed at' if start else 'starting from'} step {start} of {config.steps}")
-        if start >= config.steps:
-            say("nothing left to train: pass a larger --steps to go on")
+        end = config.end(start)
+        say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
         losses, started = [], time.perf_counter()
-        for step in range(start + 1, config.steps + 1):
+        for step in range(start + 1, end + 1):
             batch = next(batches)  # the sampler repeats forever: the step count decides the end
             state, loss = train_step(state, batch)
-            save(manager, step, state, batches, force=step == config.steps)
+            save(manager, step, state, batches, force=step == end)
             losses.append(loss)
             if on_step is not None:
                 on_step(step, batch, loss)
-            if step % config.log_every == 0 or step in (start + 1, config.steps):
+            if step % config.log_every == 0 or step in (start + 1, end):
                 report(step, losses, time.perf_counter() - started)
                 losses, started = [], time.perf_counter()
         manager.wait_until_finished()
@@ -229,21 +234,15 @@ def say(message: str) -> None:
 
 def parse(argv: Sequence[str] | None = None, defaults: Config = Config()) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="total steps to reach")
+    stage = f"the end of the next stage of {defaults.stage} steps"
+    parser.add_argument("--steps", type=int, default=defaults.steps, help=f"the step to reach ({stage})")
     parser.add_argument("--workdir", type=Path, default=defaults.workdir, help="checkpoints go here")
     parser.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
     parser.add_argument("--log-every", type=int, default=defaults.log_every)
     parser.add_argument("--workers", type=int, default=defaults.workers, help="loader threads")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="global batch size")
     args = parser.parse_args(argv)
-    return Config(
-        steps=args.steps,
-        workdir=args.workdir,
-        checkpoint_every=args.checkpoint_every,
-        log_every=args.log_every,
-        workers=args.workers,
-        batch_size=args.batch_size,
-    )
+    return dataclasses.replace(defaults, **vars(args))  # the flags are named as the fields
 
 
 def main(argv: Sequence[str] | None = None) -> None:

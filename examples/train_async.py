@@ -1,6 +1,6 @@
 """The training of train.py with `async for`, sharing its event loop with other tasks.
 
-    python examples/train_async.py --steps 1000 --workdir runs/train_async
+    python examples/train_async.py            # checkpoints in runs/train_async
 
 Two tasks run next to the training loop: a heartbeat that ticks every 10 ms
 and records how late each tick is, and an evaluator that reports the loss on
@@ -93,16 +93,15 @@ async def train(config: Config, progress: Progress) -> None:
     )
     async with aiter(loader) as batches:
         start, state = await asyncio.to_thread(restore, manager, state, batches)
-        say(f"{'resumed at' if start else 'starting from'} step {start} of {config.steps}")
-        if start < config.steps:
-            await run_steps(config, start, state, batches, manager, progress)
-        else:
-            say("nothing left to train: pass a larger --steps to go on")
+        end = config.end(start)
+        say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
+        if start < end:
+            await run_steps(config, start, end, state, batches, manager, progress)
     await asyncio.to_thread(manager.close)  # waits for the last save
 
 
 async def run_steps(
-    config: Config, start: int, state: State, batches: Any, manager: Any, progress: Progress
+    config: Config, start: int, end: int, state: State, batches: Any, manager: Any, progress: Progress
 ) -> None:
     train_step = make_train_step(config.learning_rate)
     step, losses, started = start, [], time.perf_counter()
@@ -110,13 +109,13 @@ async def run_steps(
         step += 1
         state, loss = await asyncio.to_thread(train_step, state, batch)
         progress.step, progress.state = step, state
-        if manager.should_save(step) or step == config.steps:
+        if manager.should_save(step) or step == end:
             await asyncio.to_thread(save, manager, step, state, batches, force=True)
         losses.append(loss)
-        if step % config.log_every == 0 or step in (start + 1, config.steps):
+        if step % config.log_every == 0 or step in (start + 1, end):
             await asyncio.to_thread(report, step, losses, time.perf_counter() - started)
             losses, started = [], time.perf_counter()
-        if step == config.steps:
+        if step == end:
             return
 
 
@@ -132,4 +131,4 @@ async def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse(defaults=Config(steps=1000, workdir=Path("runs/train_async")))))
+    asyncio.run(main(parse(defaults=Config(stage=1000, workdir=Path("runs/train_async")))))

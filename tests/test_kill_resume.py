@@ -80,7 +80,7 @@ def test_killed_and_restarted_run_matches_an_uninterrupted_run(tmp_path: Path) -
     before, after = lines[:paused], lines[paused + 1 :]
     assert [line["step"] for line in before] == list(range(1, PAUSE_AT + 1))
     restored = after[0]["step"] - 1
-    assert f"resumed at step {restored} of {STEPS}" in output
+    assert f"resumed at step {restored}, training to step {STEPS}" in output
     assert restored in range(EVERY, PAUSE_AT + 1, EVERY)  # the last finished checkpoint
     assert [line["step"] for line in after] == list(range(restored + 1, STEPS + 1))
     for line in before + after:

@@ -28,9 +28,9 @@ def run_example(name: str, *flags: str) -> str:
 def test_train_async_trains_next_to_other_tasks_and_resumes(tmp_path: Path) -> None:
     flags = ["--workdir", str(tmp_path), "--checkpoint-every", "10", "--log-every", "10"]
     first = run_example("train_async.py", "--steps", "20", *flags)
-    assert "starting from step 0 of 20" in first
+    assert "starting from step 0, training to step 20" in first
     assert "step     20  loss" in first
     assert "event loop:" in first
     second = run_example("train_async.py", "--steps", "30", *flags)
-    assert "resumed at step 20 of 30" in second
+    assert "resumed at step 20, training to step 30" in second
     assert "step     30  loss" in second
