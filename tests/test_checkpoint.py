@@ -17,7 +17,7 @@ NUM_RECORDS = 50
 
 
 ocp = pytest.importorskip(
-    "orbax.checkpoint", reason="orbax-checkpoint needs tensorstore, which has no free-threaded wheels"
+    "orbax.checkpoint", reason="needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)"
 )
 
 from aioloader.checkpoint import CheckpointHandler, CheckpointRestore, CheckpointSave  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip(
-    "orbax.checkpoint", reason="orbax-checkpoint needs tensorstore, which has no free-threaded wheels"
+    "orbax.checkpoint", reason="needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)"
 )
 
 REPO = Path(__file__).resolve().parent.parent
