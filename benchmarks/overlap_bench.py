@@ -158,11 +158,13 @@ def chain(w: jax.Array, x: jax.Array, k: int) -> jax.Array:
 
 
 def make_step(target_ms: float) -> Step:
-    """A jitted step taking about `target_ms` on one core."""
+    """A jitted step taking about `target_ms` on one core (the matmul count is adjusted
+    twice from measurements of the whole step, fixed costs included)."""
     w = jnp.asarray(np.random.default_rng(0).standard_normal((WIDTH, WIDTH), np.float32) / 16)
     x = jnp.ones((BATCH, WIDTH), jnp.float32)
-    per_matmul = median_ms(lambda: chain(w, x, 20).block_until_ready(), 10) / 20
-    k = max(1, round(target_ms / per_matmul))
+    k = 20
+    for _ in range(2):
+        k = max(1, round(k * target_ms / median_ms(partial(chain, w, x, k), 10)))
     return lambda batch: chain(w, batch, k)
 
 
@@ -178,11 +180,12 @@ def consume(step: Step | None, batch: jax.Array) -> float:
 
 
 def median_ms(run: Callable[[], Any], times: int) -> float:
-    run()  # compile, warm caches
+    """The median time of `times` calls of `run`, each waited for (after one to warm up)."""
+    jax.block_until_ready(run())  # compile, warm caches
     samples = []
     for _ in range(times):
         started = time.perf_counter()
-        run()
+        jax.block_until_ready(run())
         samples.append(1000 * (time.perf_counter() - started))
     return statistics.median(samples)
 
@@ -316,7 +319,8 @@ def banner() -> str:
     gil = "on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "off"
     return (
         f"CPython {sys.version.split()[0]} ({build} build, GIL {gil}), JAX {jax.__version__} "
-        f"on {jax.default_backend()}, {os.cpu_count()} cores"
+        f"on {jax.default_backend()}, {os.cpu_count()} cores, "
+        f"switch interval {1000 * sys.getswitchinterval():g} ms"
     )
 
 
@@ -334,9 +338,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=40, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=5, help="runs per figure (the median is shown)")
     parser.add_argument("--patience", type=float, default=15, help="the longest wait for quiet, in s")
+    parser.add_argument("--switch-interval", type=float, help="sys.setswitchinterval (s), for the GIL build")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one pair, few steps, once")
     args = parser.parse_args(argv)
     PATIENCE[0] = args.patience
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     pairs = [(5.0, 5.0)] if args.quick else parse_pairs(args.pairs)
     steps, repeats = (10, 1) if args.quick else (args.steps, args.repeats)
     print(f"Overlap of loader and step: {banner()}; median of {repeats} runs of {steps} steps.")

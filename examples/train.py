@@ -172,10 +172,10 @@ def checkpoint_manager(config: Config) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(config.workdir.absolute() / "checkpoints", options=options)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: State, batches: Any, force: bool = False) -> None:
-    """Save at `step` if it is due (or `force`): the model, and where the loader is."""
+def save(manager: ocp.CheckpointManager, step: int, state: State, batches: Any) -> None:
+    """Save the model at `step`, and where the loader is (orbax writes in the background)."""
     args = ocp.args.Composite(model=ocp.args.StandardSave(state), loader=CheckpointSave(batches))
-    manager.save(step, args=args, force=force)
+    manager.save(step, args=args, force=True)
 
 
 def restore(manager: ocp.CheckpointManager, state: State, batches: Any) -> tuple[int, State]:
@@ -208,7 +208,8 @@ def train(config: Config, on_step: OnStep | None = None) -> State:
         for step in range(start + 1, end + 1):
             batch = next(batches)  # the sampler repeats forever: the step count decides the end
             state, loss = train_step(state, batch)
-            save(manager, step, state, batches, force=step == end)
+            if manager.should_save(step) or step == end:
+                save(manager, step, state, batches)
             losses.append(loss)
             if on_step is not None:
                 on_step(step, batch, loss)

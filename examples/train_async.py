@@ -110,7 +110,7 @@ async def run_steps(
         state, loss = await asyncio.to_thread(train_step, state, batch)
         progress.step, progress.state = step, state
         if manager.should_save(step) or step == end:
-            await asyncio.to_thread(save, manager, step, state, batches, force=True)
+            await asyncio.to_thread(save, manager, step, state, batches)
         losses.append(loss)
         if step % config.log_every == 0 or step in (start + 1, end):
             await asyncio.to_thread(report, step, losses, time.perf_counter() - started)
