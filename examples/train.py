@@ -1,0 +1,259 @@
+"""Train an MLP in plain JAX, fed by aioloader, checkpointed with orbax; run it again and it resumes.
+
+    ./dev train                 # the same as: python examples/train.py --workdir runs/train
+
+The data is generated: a regression problem whose targets come from a fixed
+random "teacher" network, held in memory and read record by record. The
+loader shuffles it (a new order every epoch), batches it and adds noise to
+the targets on two worker threads, and puts each batch on the devices,
+sharded along the batch axis, two batches ahead of the training step.
+
+Every `--checkpoint-every` steps an orbax CheckpointManager saves the model
+and the loader's position together. A new run restores both from the latest
+checkpoint and goes on with exactly the batches the old run would have seen
+next, so a job that is killed and started again trains as if it never
+stopped. Each run trains to the end of the next stage of 2000 steps (the
+first to step 2000, the next to 4000, ...), so a run killed mid-stage and
+started again finishes the same stage; `--steps N` trains to step N instead.
+
+On several hosts, call `jax.distributed.initialize()` first: each process then
+reads its own shard of the records (`ShardByJaxProcess`), its batches become
+parts of global arrays over every device, and each writes its own loader
+state into the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import aioloader as al
+from aioloader.checkpoint import CheckpointRestore, CheckpointSave
+
+State = dict[str, Any]  # {"params": ..., "momentum": ...}, pytrees of jax.Arrays
+Batch = dict[str, jax.Array]  # {"x": (batch, features), "y": (batch,)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    steps: int | None = None  # the step to reach; None: the end of the next stage
+    stage: int = 2000
+    workdir: Path = Path("runs/train")
+    batch_size: int = 128  # global: split between JAX processes, then between devices
+    checkpoint_every: int = 200
+    log_every: int = 200
+    workers: int = 2
+    num_records: int = 50_000
+    features: int = 32
+    hidden: int = 256
+    learning_rate: float = 0.02
+
+    def end(self, start: int) -> int:
+        """The step to train to from `start`: `steps`, or the end of the stage after `start`."""
+        return self.steps if self.steps is not None else (start // self.stage + 1) * self.stage
+
+
+# --- Data -----------------------------------------------------------------------------
+
+
+class TeacherRegression:
+    """`num_records` examples `{"x": float32[features], "y": float32}`: y is a fixed random
+    network of x. A random-access data source: `len()` and `[key]`."""
+
+    def __init__(self, num_records: int, features: int, seed: int = 0) -> None:
+        teacher = np.random.default_rng(1234)  # the same teacher whatever the seed of the data
+        w1 = teacher.standard_normal((features, 64)) / math.sqrt(features)
+        w2 = teacher.standard_normal(64) / math.sqrt(64)
+        self.x = np.random.default_rng(seed).standard_normal((num_records, features), dtype=np.float32)
+        self.y = (np.tanh(self.x @ w1) @ w2).astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, key: int) -> dict[str, np.ndarray]:
+        return {"x": self.x[key], "y": self.y[key]}
+
+
+class NoisyTargets(al.RandomMapTransform):
+    """Adds Gaussian noise to the targets of a batch, drawn from the batch's own generator:
+    the same batch gets the same noise in every run, resumed or not.
+
+    It runs on whole batches (after `Batch`) because making a generator costs
+    about 20 us: one per batch is cheap, one per record would cost more than
+    the rest of the pipeline.
+    """
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def random_map(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        noise = self.scale * rng.standard_normal(batch["y"].shape, dtype=np.float32)
+        return {"x": batch["x"], "y": batch["y"] + noise}
+
+
+def batch_sharding() -> NamedSharding:
+    """Batches split along their first axis over every device of every process."""
+    return NamedSharding(Mesh(np.array(jax.devices()), ("batch",)), P("batch"))
+
+
+def make_loader(config: Config) -> al.DataLoader:
+    source = TeacherRegression(config.num_records, config.features)
+    return al.DataLoader(
+        data_source=source,
+        sampler=al.IndexSampler(
+            len(source),
+            shard_options=al.ShardByJaxProcess(drop_remainder=True),
+            shuffle=True,
+            num_epochs=None,  # repeat forever
+            seed=0,
+        ),
+        operations=[
+            al.Batch(config.batch_size // jax.process_count(), drop_remainder=True),
+            NoisyTargets(0.05),
+        ],
+        worker_count=config.workers,
+        device_put=al.DevicePut(sharding=batch_sharding(), buffer_size=2),
+    )
+
+
+# --- Model: an MLP and SGD with momentum, in plain JAX ------------------------------------
+
+
+def init_state(config: Config) -> State:
+    """Fresh parameters (the same in every run and process), replicated on every device."""
+    sizes = [config.features, config.hidden, config.hidden, 1]
+    keys = jax.random.split(jax.random.key(0), len(sizes) - 1)
+    params = [
+        {"w": jax.random.normal(key, (m, n)) / math.sqrt(m), "b": jnp.zeros(n)}
+        for key, m, n in zip(keys, sizes, sizes[1:], strict=False)
+    ]
+    state = {"params": params, "momentum": jax.tree.map(jnp.zeros_like, params)}
+    return jax.device_put(state, NamedSharding(batch_sharding().mesh, P()))
+
+
+def predict(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
+    for layer in params[:-1]:
+        x = jax.nn.gelu(x @ layer["w"] + layer["b"])
+    return (x @ params[-1]["w"] + params[-1]["b"])[:, 0]
+
+
+def loss_fn(params: list[dict[str, jax.Array]], batch: Batch) -> jax.Array:
+    return jnp.mean((predict(params, batch["x"]) - batch["y"]) ** 2)
+
+
+def make_train_step(learning_rate: float) -> Callable[[State, Batch], tuple[State, jax.Array]]:
+    @jax.jit
+    def train_step(state: State, batch: Batch) -> tuple[State, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        momentum = jax.tree.map(lambda m, g: 0.9 * m + g, state["momentum"], grads)
+        params = jax.tree.map(lambda p, m: p - learning_rate * m, state["params"], momentum)
+        return {"params": params, "momentum": momentum}, loss
+
+    return train_step
+
+
+# --- Checkpoints: model and loader together --------------------------------------------
+
+
+def checkpoint_manager(config: Config) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(save_interval_steps=config.checkpoint_every, max_to_keep=3)
+    return ocp.CheckpointManager(config.workdir.absolute() / "checkpoints", options=options)
+
+
+def save(manager: ocp.CheckpointManager, step: int, state: State, batches: Any) -> None:
+    """Save the model at `step`, and where the loader is (orbax writes in the background)."""
+    args = ocp.args.Composite(model=ocp.args.StandardSave(state), loader=CheckpointSave(batches))
+    manager.save(step, args=args, force=True)
+
+
+def restore(manager: ocp.CheckpointManager, state: State, batches: Any) -> tuple[int, State]:
+    """The latest step and model, with `batches` moved to where that step left the loader;
+    step 0 and `state` unchanged when there is no checkpoint yet."""
+    step = manager.latest_step()
+    if step is None:
+        return 0, state
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shapes, dtypes and shardings
+    args = ocp.args.Composite(model=ocp.args.StandardRestore(abstract), loader=CheckpointRestore(batches))
+    return step, manager.restore(step, args=args).model
+
+
+# --- The loop -----------------------------------------------------------------------------
+
+OnStep = Callable[[int, Batch, jax.Array], None]
+
+
+def train(config: Config, on_step: OnStep | None = None) -> State:
+    """Train to `config.end(start)`, resuming at `start`, the latest checkpoint in `config.workdir`.
+
+    `on_step(step, batch, loss)` is called after every step (for tests and tools).
+    """
+    train_step = make_train_step(config.learning_rate)
+    with checkpoint_manager(config) as manager, iter(make_loader(config)) as batches:
+        start, state = restore(manager, init_state(config), batches)
+        end = config.end(start)
+        say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
+        losses, started = [], time.perf_counter()
+        for step in range(start + 1, end + 1):
+            batch = next(batches)  # the sampler repeats forever: the step count decides the end
+            state, loss = train_step(state, batch)
+            if manager.should_save(step) or step == end:
+                save(manager, step, state, batches)
+            losses.append(loss)
+            if on_step is not None:
+                on_step(step, batch, loss)
+            if step % config.log_every == 0 or step in (start + 1, end):
+                report(step, losses, time.perf_counter() - started)
+                losses, started = [], time.perf_counter()
+        manager.wait_until_finished()
+    return state
+
+
+def report(step: int, losses: list[jax.Array], seconds: float) -> None:
+    """The mean loss since the last report, and the time per step (not for a lone first
+    step, which includes compiling)."""
+    rate = f"  ({1000 * seconds / len(losses):.1f} ms/step)" if len(losses) > 1 else ""
+    say(f"step {step:6d}  loss {np.mean(jax.device_get(losses)):.4f}{rate}")
+
+
+def say(message: str) -> None:
+    """Print on the first process only."""
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
+def parse(argv: Sequence[str] | None = None, defaults: Config = Config()) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    stage = f"the end of the next stage of {defaults.stage} steps"
+    parser.add_argument("--steps", type=int, default=defaults.steps, help=f"the step to reach ({stage})")
+    parser.add_argument("--workdir", type=Path, default=defaults.workdir, help="checkpoints go here")
+    parser.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
+    parser.add_argument("--log-every", type=int, default=defaults.log_every)
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="loader threads")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="global batch size")
+    args = parser.parse_args(argv)
+    return dataclasses.replace(defaults, **vars(args))  # the flags are named as the fields
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = parse(argv)
+    say(
+        f"{jax.device_count()} {jax.default_backend()} device(s), {jax.process_count()} process(es), "
+        f"global batch {config.batch_size}, checkpoints in {config.workdir}/checkpoints"
+    )
+    train(config)
+
+
+if __name__ == "__main__":
+    main()
