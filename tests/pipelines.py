@@ -183,3 +183,18 @@ def assert_same_outputs(actual: Sequence[Any], wanted: Sequence[Any]) -> None:
 async def collect_async(loader: DataLoader) -> list[Any]:
     """Every output of `async for` over `loader`."""
     return [x async for x in loader]
+
+
+def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
+    """Every output before the error, and the error."""
+    got: list[Any] = []
+    try:
+        for item in loader:
+            got.append(item)
+    except Exception as error:
+        return got, error
+    raise AssertionError(f"no error after {len(got)} outputs")
+
+
+def notes(error: BaseException) -> str:
+    return "\n".join(getattr(error, "__notes__", []))

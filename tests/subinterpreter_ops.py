@@ -7,6 +7,7 @@ subinterpreter has its own copy of this module.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -129,6 +130,13 @@ class Ledger:
             cls.held += held
             cls.alive += alive
             cls.peak = max(cls.peak, cls.held)
+
+    @classmethod
+    def start(cls) -> None:
+        gc.collect()
+        assert cls.alive == 0, f"{cls.alive} records alive before the test"
+        with cls.lock:
+            cls.held = cls.peak = 0
 
 
 class Tracked:

@@ -10,6 +10,8 @@ import pytest
 
 from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, MapTransform, RangeDataSource
 from tests.conftest import repeated
+from tests.pipelines import drain, notes
+from tests.subinterpreter_ops import BrokenSource
 
 
 class FailOn(MapTransform):
@@ -24,21 +26,6 @@ class FailOn(MapTransform):
         return element
 
 
-class BrokenSource:
-    """A source whose chosen keys cannot be read."""
-
-    def __init__(self, size: int, bad: set[int]) -> None:
-        self.size, self.bad = size, bad
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: int) -> int:
-        if key in self.bad:
-            raise OSError(f"cannot read key {key}")
-        return key
-
-
 class AsyncBrokenSource(BrokenSource):
     async def aget(self, key: int) -> int:
         await asyncio.sleep(0)
@@ -51,21 +38,6 @@ class FlatFail(FlatMapTransform):
         if element == 7:
             raise KeyError("flat-map failed halfway")
         yield element + 100
-
-
-def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    """Every output before the error, and the error."""
-    got: list[Any] = []
-    try:
-        for item in loader:
-            got.append(item)
-    except Exception as error:
-        return got, error
-    raise AssertionError(f"no error after {len(got)} outputs")
-
-
-def notes(error: BaseException) -> str:
-    return "\n".join(getattr(error, "__notes__", []))
 
 
 def loader_with(operations: list[Any], workers: int, source: Any = None, shuffle: bool = False) -> DataLoader:

@@ -25,7 +25,7 @@ from aioloader._subinterpreter_prelude import Unavailable
 from aioloader._subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
 from tests import subinterpreter_ops as ops
 from tests.conftest import aioloader_threads
-from tests.pipelines import CASES, Case, assert_same_outputs, collect_async, expected
+from tests.pipelines import CASES, Case, assert_same_outputs, collect_async, drain, expected, notes
 
 REPO = Path(__file__).resolve().parent.parent
 MISSING = unavailable()
@@ -63,20 +63,6 @@ def loader(operations: list[Any], workers: int = 2, source: Any = None, **kwargs
         executor="interpreter",
         **kwargs,
     )
-
-
-def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    got: list[Any] = []
-    try:
-        for item in loader:
-            got.append(item)
-    except Exception as error:
-        return got, error
-    raise AssertionError(f"no error after {len(got)} outputs")
-
-
-def notes(error: BaseException) -> str:
-    return "\n".join(getattr(error, "__notes__", []))
 
 
 # Contract 7, and this issue's: what cannot work says so at once.

@@ -10,7 +10,6 @@ with `__del__`, after a garbage collection).
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -19,47 +18,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, FilterTransform, FlatMapTransform, IndexSampler, ReadOptions
 from tests.conftest import repeated
-
-
-class Ledger:
-    """Records in the pipeline now (made, not yet delivered or dropped), the peak, and live objects."""
-
-    # Reentrant: on free-threaded CPython a queued `__del__` can run while the lock is held.
-    lock = threading.RLock()
-    held = peak = alive = 0
-
-    @classmethod
-    def change(cls, held: int = 0, alive: int = 0) -> None:
-        with cls.lock:
-            cls.held += held
-            cls.alive += alive
-            cls.peak = max(cls.peak, cls.held)
-
-    @classmethod
-    def start(cls) -> None:
-        gc.collect()
-        assert cls.alive == 0, f"{cls.alive} records alive before the test"
-        with cls.lock:
-            cls.held = cls.peak = 0
-
-
-class Tracked:
-    __slots__ = ("value",)
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-        Ledger.change(held=+1, alive=+1)
-
-    def __del__(self) -> None:
-        Ledger.change(alive=-1)
-
-
-class TrackedSource:
-    def __len__(self) -> int:
-        return 1_000_000
-
-    def __getitem__(self, key: int) -> Tracked:
-        return Tracked(key)
+from tests.subinterpreter_ops import Ledger, Tracked, TrackedSource
 
 
 class KeepTwoThirds(FilterTransform):
