@@ -78,6 +78,12 @@ def key_batches(n: int, batch_size: int) -> Iterator[list[int]]:
         yield keys[start : start + batch_size].tolist()
 
 
+def read_batch(source: Any, keys: Sequence[int]) -> list[Any]:
+    """The records at `keys`: one `__getitems__` call where the source has it (as aioloader reads)."""
+    getitems = getattr(source, "__getitems__", None)
+    return list(getitems(keys)) if getitems is not None else [source[k] for k in keys]
+
+
 async def read_one_by_one(source: Any, keys: Sequence[int]) -> list[Any]:
     return [await source.aget(k) for k in keys]
 
@@ -151,8 +157,7 @@ class BatchWork:
 
     def read(self, keys: Sequence[int]) -> list[Any]:
         if not self.is_async:
-            source = self.source
-            return [source[k] for k in keys]
+            return read_batch(self.source, keys)
         loop = getattr(self._loops, "loop", None)
         if loop is None:
             loop = self._loops.loop = asyncio.new_event_loop()
