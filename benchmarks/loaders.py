@@ -48,6 +48,7 @@ class Loader:
     sync_sources: bool = True
     async_sources: bool = True
     only_workers: tuple[int, ...] | None = None  # a variant measured at a few worker counts only
+    not_for: tuple[str, ...] = ()  # workloads this loader cannot read (the reason is given where it is set)
     preload: tuple[str, ...] = ()  # modules imported before the clock starts (imports are not loading)
     # Slow loaders read a fraction of a workload's records, so that each run
     # stays within a few seconds; throughput is per record, so it compares.
@@ -63,6 +64,8 @@ class Loader:
         if workers < self.min_workers or (self.max_workers is not None and workers > self.max_workers):
             return False
         if self.only_workers is not None and workers not in self.only_workers:
+            return False
+        if workload.name in self.not_for:
             return False
         return self.async_sources if workload.is_async else self.sync_sources
 
@@ -274,7 +277,15 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(("trivial", 0.005), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            scale=(
+                ("trivial", 0.005),
+                ("cpu", 0.15),
+                ("tokenize", 0.05),
+                ("image", 0.15),
+                ("storage", 0.3),
+                ("arrayrecord", 0.15),
+                ("parquet", 0.05),
+            ),
             only_workers=(0, 2),
         ),
         Loader(
@@ -285,7 +296,15 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings_no_threads"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(("trivial", 0.01), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            scale=(
+                ("trivial", 0.01),
+                ("cpu", 0.15),
+                ("tokenize", 0.05),
+                ("image", 0.15),
+                ("storage", 0.3),
+                ("arrayrecord", 0.15),
+                ("parquet", 0.05),
+            ),
             only_workers=(0, 2),
         ),
         Loader(
@@ -298,6 +317,9 @@ LOADERS: dict[str, Loader] = {
             async_sources=False,
             scale=(("trivial", 0.1), ("tokenize", 0.3)),
             only_workers=(0, 2),
+            # array_record's native reader (the GIL build's) crashes or hangs in a forked
+            # process once threads have run, and PyTorch forks its workers.
+            not_for=("arrayrecord",),
         ),
         Loader(
             "spdl",
