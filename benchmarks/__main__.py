@@ -302,6 +302,9 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if "ft" in args.interpreters and "arrayrecord" in args.workloads:
+        # ArrayRecord's official writer installs only on the GIL build: free-threaded runs write there.
+        os.environ.setdefault("AIOLOADER_GIL_PYTHON", str(find_python("gil", args.python_gil)))
     interpreters = [
         start_interpreter(name, args.python_gil if name == "gil" else args.python_ft)
         for name in args.interpreters

@@ -48,6 +48,7 @@ class Loader:
     sync_sources: bool = True
     async_sources: bool = True
     only_workers: tuple[int, ...] | None = None  # a variant measured at a few worker counts only
+    not_for: tuple[str, ...] = ()  # workloads this loader cannot read (the reason is given where it is set)
     preload: tuple[str, ...] = ()  # modules imported before the clock starts (imports are not loading)
     # Slow loaders read a fraction of a workload's records, so that each run
     # stays within a few seconds; throughput is per record, so it compares.
@@ -64,6 +65,8 @@ class Loader:
             return False
         if self.only_workers is not None and workers not in self.only_workers:
             return False
+        if workload.name in self.not_for:
+            return False
         return self.async_sources if workload.is_async else self.sync_sources
 
 
@@ -76,6 +79,12 @@ def key_batches(n: int, batch_size: int) -> Iterator[list[int]]:
     keys = shuffled_keys(n)
     for start in range(0, n, batch_size):
         yield keys[start : start + batch_size].tolist()
+
+
+def read_batch(source: Any, keys: Sequence[int]) -> list[Any]:
+    """The records at `keys`: one `__getitems__` call where the source has it (as aioloader reads)."""
+    getitems = getattr(source, "__getitems__", None)
+    return list(getitems(keys)) if getitems is not None else [source[k] for k in keys]
 
 
 async def read_one_by_one(source: Any, keys: Sequence[int]) -> list[Any]:
@@ -151,8 +160,7 @@ class BatchWork:
 
     def read(self, keys: Sequence[int]) -> list[Any]:
         if not self.is_async:
-            source = self.source
-            return [source[k] for k in keys]
+            return read_batch(self.source, keys)
         loop = getattr(self._loops, "loop", None)
         if loop is None:
             loop = self._loops.loop = asyncio.new_event_loop()
@@ -269,7 +277,15 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(("trivial", 0.005), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            scale=(
+                ("trivial", 0.005),
+                ("cpu", 0.15),
+                ("tokenize", 0.05),
+                ("image", 0.15),
+                ("storage", 0.3),
+                ("arrayrecord", 0.15),
+                ("parquet", 0.05),
+            ),
             only_workers=(0, 2),
         ),
         Loader(
@@ -280,7 +296,15 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings_no_threads"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(("trivial", 0.01), ("cpu", 0.15), ("tokenize", 0.05), ("image", 0.15), ("storage", 0.3)),
+            scale=(
+                ("trivial", 0.01),
+                ("cpu", 0.15),
+                ("tokenize", 0.05),
+                ("image", 0.15),
+                ("storage", 0.3),
+                ("arrayrecord", 0.15),
+                ("parquet", 0.05),
+            ),
             only_workers=(0, 2),
         ),
         Loader(
@@ -293,6 +317,9 @@ LOADERS: dict[str, Loader] = {
             async_sources=False,
             scale=(("trivial", 0.1), ("tokenize", 0.3)),
             only_workers=(0, 2),
+            # array_record's native reader (the GIL build's) crashes or hangs in a forked
+            # process once threads have run, and PyTorch forks its workers.
+            not_for=("arrayrecord",),
         ),
         Loader(
             "spdl",

@@ -1,8 +1,9 @@
 """PyTorch's `DataLoader` (worker processes) at its best settings for these workloads.
 
 The dataset defines `__getitems__`, so each worker fetches a whole batch in
-one call; batches become tensors in the worker (`torch.from_numpy`, no copy),
-which PyTorch hands to the main process through shared memory. Workers are
+one call (through the source's own `__getitems__` where it has one);
+batches become tensors in the worker (`torch.from_numpy`, no copy), which
+PyTorch hands to the main process through shared memory. Workers are
 forked (the Linux default); each holds its own copy of the transform.
 `prefetch_factor` gives each worker its share of the same read-ahead budget
 as the other loaders.
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.loaders import PREFETCH
+from benchmarks.loaders import PREFETCH, read_batch
 from benchmarks.workloads import Workload
 
 
@@ -35,8 +36,8 @@ class Records(Dataset[Any]):
         return self.transform(self.source[index])
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        source, transform = self.source, self.transform
-        return [transform(source[i]) for i in indices]
+        transform = self.transform
+        return [transform(r) for r in read_batch(self.source, indices)]
 
 
 def to_tensor(collate: Callable[[Sequence[Any]], np.ndarray], items: Sequence[Any]) -> torch.Tensor:

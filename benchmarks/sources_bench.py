@@ -102,6 +102,28 @@ class Permuted:
         return list(self.source.__getitems__([order[key] for key in keys]))
 
 
+class Reopening:
+    """Pickles as its class and paths, so that a spawned worker process (Grain's) opens the files again.
+
+    Our sources hold locks and open files, so they do not pickle; the
+    `arrayrecord` and `parquet` workloads of `python -m benchmarks` read
+    these subclasses so that process-based loaders can take them.
+    """
+
+    paths: tuple[str, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.paths,)
+
+
+class ArrayRecordFiles(Reopening, ArrayRecordDataSource):
+    """ArrayRecordDataSource (default reader and cache) that pickles as its paths."""
+
+
+class ParquetFiles(Reopening, ParquetDataSource):
+    """ParquetDataSource (every column, default cache) that pickles as its paths."""
+
+
 def through_loader(make_source: Callable[[], Any], sampler: IndexSampler, workers: int) -> None:
     for _ in DataLoader(data_source=make_source(), sampler=sampler, worker_count=workers):
         pass
@@ -146,23 +168,24 @@ def write_array_record(path: str, count: int) -> None:
     writer.close()
 
 
-def make_array_record(directory: Path, count: int) -> Path | None:
-    path = directory / "records.array_record"
+def make_array_record(path: Path, count: int) -> bool:
+    """Write the file with the official writer: here, or where it does not install, in the
+    interpreter that AIOLOADER_GIL_PYTHON names. False when neither can."""
     if array_record_installed():
         write_array_record(str(path), count)
-        return path
+        return True
     python = os.environ.get("AIOLOADER_GIL_PYTHON")
     if not python:
-        return None
+        return False
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}
     command = [python, "-m", "benchmarks.sources_bench", "--write", str(path), "--records", str(count)]
     subprocess.run(command, cwd=REPO, env=env, check=True)
-    return path
+    return True
 
 
 def bench_array_record(directory: Path, count: int, repeats: int) -> list[Row]:
-    path = make_array_record(directory, count)
-    if path is None:
+    path = directory / "records.array_record"
+    if not make_array_record(path, count):
         print("ArrayRecord skipped: no array_record writer here, and AIOLOADER_GIL_PYTHON is not set.")
         return []
     rows = []
@@ -185,7 +208,7 @@ def bench_array_record(directory: Path, count: int, repeats: int) -> list[Row]:
 # Parquet
 
 
-def make_parquet(directory: Path, count: int) -> Path:
+def make_parquet(path: Path, count: int) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -199,15 +222,14 @@ def make_parquet(directory: Path, count: int) -> Path:
             "tokens": pa.array([list(range(i, i + 16)) for i in range(count)], pa.list_(pa.int32())),
         }
     )
-    path = directory / "rows.parquet"
     pq.write_table(table, path, row_group_size=1000)
-    return path
 
 
 def bench_parquet(directory: Path, count: int, repeats: int) -> list[Row]:
     import pyarrow.parquet as pq
 
-    path = make_parquet(directory, count)
+    path = directory / "rows.parquet"
+    make_parquet(path, count)
 
     def plain(keys: list[int]) -> None:
         table = pq.read_table(path)
