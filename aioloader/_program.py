@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,7 @@ from aioloader._batching import BatchPlan, BatchRun
 from aioloader._failures import Failure
 from aioloader._operations import Kind, Op, Operations
 from aioloader._positions import EvenPositions, Position, positions_after_elements, positions_before_elements
-from aioloader._read_pool import SLOW_READ_SECONDS, ReadPool
+from aioloader._read_pool import ReadPool
 from aioloader._records import RecordChunk, aread, read
 from aioloader._sampler import IndexSampler
 from aioloader._sources import is_async_source
@@ -158,14 +157,10 @@ class Program:
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
         pool = self.read_pool
-        if pool is not None and pool.engaged:
-            read(self.source, chunk, pool.map)
-            return chunk
-        started = time.perf_counter()
-        read(self.source, chunk)
-        slow = time.perf_counter() - started > SLOW_READ_SECONDS * len(chunk.keys)
-        if pool is not None and slow and not hasattr(self.source, "__getitems__"):
-            pool.engaged = True  # for every worker: see `_read_pool`
+        if pool is None or hasattr(self.source, "__getitems__"):
+            read(self.source, chunk)
+        else:  # see `_read_pool`
+            read(self.source, chunk, pool.map if pool.engaged else pool.probing_map)
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:

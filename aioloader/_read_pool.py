@@ -5,23 +5,33 @@ that holds the chunk, so only `worker_count` reads are in flight. That is
 right when reading is cheap (memory, a local SSD): a hand-off between threads
 costs more than the read. When reads wait (a network disk, an object store),
 `ReadOptions.num_threads` of them should be in flight, as the option says.
-So a worker times its reads, and once they take more than `SLOW_READ_SECONDS`
-a record, the pool is engaged: from then on every worker sends its chunks'
-keys to a pool of `num_threads` threads (`aioloader-read-{i}`, started then),
-which reads them concurrently, in order. The first chunk is read by one worker
-alone (the pipeline waits to size the others from it), so a source slow from
-the start never has more than `num_threads` reads in flight. Sources with
+
+So until the pool is engaged, a worker times the first `PROBE_READS` reads of
+each chunk one by one (`probing_map`), and once the last `PROBE_READS` reads
+timed have *each* taken more than `SLOW_READ_SECONDS`, the pool is engaged:
+from then on every worker sends its chunks' keys to a pool of `num_threads`
+threads (`aioloader-read-{i}`, started then), which reads them concurrently,
+in order. Each read must be slow, not their sum: a worker that waited for
+the GIL or for a core once in a while (on a busy machine, or a GIL build with
+several workers) has a few slow reads among fast ones, and must not move
+cheap reads to the pool. The first chunk is read by one worker alone (the
+pipeline waits to size the others from it), so a source slow from the start
+never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
+PROBE_READS = 4  # reads in a row that must each be slow
 
 
 class ReadPool:
@@ -33,6 +43,7 @@ class ReadPool:
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         self.engaged = False  # reads are slow: every worker reads through the pool
+        self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
@@ -43,6 +54,29 @@ class ReadPool:
                 self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
             executor = self._executor
         return executor.map(read, keys)
+
+    def probing_map(self, read: Callable[[int], Any], keys: Sequence[int]) -> Iterator[Any]:
+        """`map(read, keys)`, timing the first reads; if they show that reads wait,
+        the rest go through the pool, and so will every later chunk's."""
+        probed = keys[:PROBE_READS]
+
+        def timed() -> Iterator[Any]:
+            for key in probed:
+                started = time.perf_counter()
+                item = read(key)
+                self._timed.append(time.perf_counter() - started)
+                yield item
+
+        def parts() -> Iterator[Iterator[Any]]:
+            yield timed()
+            if len(self._timed) == PROBE_READS and min(self._timed) > SLOW_READ_SECONDS:
+                self.engaged = True
+            rest = keys[len(probed) :]
+            yield self.map(read, rest) if self.engaged else map(read, rest)
+
+        # Lazily chained, so that `list.extend` still counts the records read
+        # before one that raises; the rest is `map` itself, at C speed.
+        return itertools.chain.from_iterable(parts())
 
     def close(self) -> None:
         """Cancel the reads not started, and join the threads. Idempotent."""

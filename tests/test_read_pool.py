@@ -9,6 +9,7 @@ import pytest
 
 from aioloader import DataLoader, IndexSampler, ReadOptions
 from tests.conftest import aioloader_threads, repeated
+from tests.pipelines import drain, notes
 
 
 class SlowSource:
@@ -41,6 +42,15 @@ def loader(source: SlowSource, workers: int, threads: int) -> DataLoader:
     )
 
 
+def assert_no_read_threads(source: SlowSource) -> None:
+    """Read every record, checking for read threads while the iterator still runs."""
+    with iter(loader(source, 2, 8)) as iterator:
+        for count, _ in enumerate(iterator, 1):
+            if count == source.size - 1:
+                assert not any(t.name.startswith("aioloader-read") for t in aioloader_threads())
+    assert count == source.size
+
+
 @repeated
 @pytest.mark.parametrize(("workers", "threads"), [(1, 8), (2, 6)])
 def test_slow_reads_go_to_num_threads_threads_in_order(workers: int, threads: int, repeat: int) -> None:
@@ -64,6 +74,42 @@ def test_fast_reads_stay_on_the_workers() -> None:
         def __getitem__(self, key: int) -> int:
             return key * 2
 
-    with iter(loader(Fast(5000), 2, 8)) as iterator:
-        assert sum(1 for _ in iterator) == 5000
-        assert not any(t.name.startswith("aioloader-read") for t in aioloader_threads())
+    assert_no_read_threads(Fast(5000))
+
+
+def test_now_and_then_a_slow_read_stays_on_the_workers() -> None:
+    """A worker that waits for the GIL or a core now and then has a few slow reads
+    among fast ones: that is no reason to move cheap reads to the pool."""
+
+    class Hiccups(SlowSource):
+        def __init__(self, size: int) -> None:
+            super().__init__(size)
+            self.reads = 0
+
+        def __getitem__(self, key: int) -> int:
+            with self.lock:
+                self.reads += 1
+                hiccup = self.reads % 3 == 1  # the very first read too
+            if hiccup:
+                time.sleep(0.002)
+            return key * 2
+
+    assert_no_read_threads(Hiccups(3000))
+
+
+@pytest.mark.parametrize(
+    "bad", [0, 2, 5, 300]
+)  # among the first reads of a chunk, timed one by one, or after
+def test_a_failing_slow_read_is_reported_at_its_place(bad: int) -> None:
+    class Failing(SlowSource):
+        def __getitem__(self, key: int) -> int:
+            if key == keys[bad]:
+                raise OSError(f"cannot read {key}")
+            return super().__getitem__(key)
+
+    keys = IndexSampler(400, shuffle=True, seed=4).record_keys(0, 400)
+    got, error = drain(loader(Failing(400), 2, 8))
+    assert got == [key * 2 for key in keys[:bad]]
+    assert isinstance(error, OSError)
+    assert f"cannot read {keys[bad]}" in str(error)
+    assert f"index={bad}, record_key={keys[bad]}" in notes(error)
