@@ -64,19 +64,24 @@ class ReadPool:
             for key in probed:
                 started = time.perf_counter()
                 item = read(key)
-                self._timed.append(time.perf_counter() - started)
+                self._record(time.perf_counter() - started)
                 yield item
 
         def parts() -> Iterator[Iterator[Any]]:
             yield timed()
-            if len(self._timed) == PROBE_READS and min(self._timed) > SLOW_READ_SECONDS:
-                self.engaged = True
             rest = keys[len(probed) :]
             yield self.map(read, rest) if self.engaged else map(read, rest)
 
         # Lazily chained, so that `list.extend` still counts the records read
         # before one that raises; the rest is `map` itself, at C speed.
         return itertools.chain.from_iterable(parts())
+
+    def _record(self, seconds: float) -> None:
+        """Note how long a read took; engage the pool if the last `PROBE_READS` were all slow."""
+        with self._lock:  # other workers time their reads too
+            self._timed.append(seconds)
+            if len(self._timed) == PROBE_READS and min(self._timed) > SLOW_READ_SECONDS:
+                self.engaged = True
 
     def close(self) -> None:
         """Cancel the reads not started, and join the threads. Idempotent."""

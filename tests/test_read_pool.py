@@ -113,3 +113,16 @@ def test_a_failing_slow_read_is_reported_at_its_place(bad: int) -> None:
     assert isinstance(error, OSError)
     assert f"cannot read {keys[bad]}" in str(error)
     assert f"index={bad}, record_key={keys[bad]}" in notes(error)
+
+
+@repeated
+def test_many_workers_timing_their_reads_at_once(repeat: int) -> None:
+    """Tiny chunks on 8 workers: every chunk's first reads are timed, all at the same time."""
+    source = [key * 2 for key in range(20_000)]  # a list: read key by key, each read timed while probing
+    loader = DataLoader(
+        data_source=source,
+        sampler=IndexSampler(20_000),
+        worker_count=8,
+        read_options=ReadOptions(num_threads=4, prefetch_buffer_size=18),  # chunks of 2 records
+    )
+    assert list(loader) == source
