@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,11 +157,15 @@ class Program:
         return RecordChunk(job.start, keys, job.skip, job.skip_outputs)
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
-        pool = self.read_pool
+        pool = self.read_pool  # see `_read_pool`
         if pool is None or hasattr(self.source, "__getitems__"):
             read(self.source, chunk)
-        else:  # see `_read_pool`
+        elif pool.engaged or pool.suspicious:
             read(self.source, chunk, pool.map if pool.engaged else pool.probing_map)
+        else:
+            started = time.perf_counter()
+            read(self.source, chunk)
+            pool.note_chunk(time.perf_counter() - started, len(chunk.keys))
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:

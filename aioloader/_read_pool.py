@@ -6,15 +6,19 @@ right when reading is cheap (memory, a local SSD): a hand-off between threads
 costs more than the read. When reads wait (a network disk, an object store),
 `ReadOptions.num_threads` of them should be in flight, as the option says.
 
-So until the pool is engaged, a worker times the first `PROBE_READS` reads of
-each chunk one by one (`probing_map`), and once the last `PROBE_READS` reads
-timed have *each* taken more than `SLOW_READ_SECONDS`, the pool is engaged:
-from then on every worker sends its chunks' keys to a pool of `num_threads`
-threads (`aioloader-read-{i}`, started then), which reads them concurrently,
-in order. Each read must be slow, not their sum: a worker that waited for
-the GIL or for a core once in a while (on a busy machine, or a GIL build with
-several workers) has a few slow reads among fast ones, and must not move
-cheap reads to the pool. The first chunk is read by one worker alone (the
+So until the pool is engaged, a worker times each chunk's reads. A chunk
+that took more than `SLOW_READ_SECONDS` a record makes the pool suspicious,
+and while it is, workers time the first `PROBE_READS` reads of each chunk one
+by one (`probing_map`): once the last `PROBE_READS` reads timed have *each*
+taken more than `SLOW_READ_SECONDS`, the pool is engaged; once they show a
+fast read, it is no longer suspicious. Engaged, every worker sends its
+chunks' keys to a pool of `num_threads` threads (`aioloader-read-{i}`,
+started then), which reads them concurrently, in order. Each read must be
+slow, not their sum: a worker that waited for the GIL or for a core once in
+a while (on a busy machine, or a GIL build with several workers) has a few
+slow reads among fast ones, and must not move cheap reads to the pool; and
+fast sources never pay for timing reads one by one.
+The first chunk is read by one worker alone (the
 pipeline waits to size the others from it), so a source slow from the start
 never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
@@ -43,6 +47,7 @@ class ReadPool:
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         self.engaged = False  # reads are slow: every worker reads through the pool
+        self.suspicious = False  # a chunk's reads were slow: time the next reads one by one
         self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
@@ -54,6 +59,11 @@ class ReadPool:
                 self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
             executor = self._executor
         return executor.map(read, keys)
+
+    def note_chunk(self, seconds: float, reads: int) -> None:
+        """A chunk's `reads` took `seconds`: if that is slow, look closer at the next reads."""
+        if seconds > SLOW_READ_SECONDS * reads:
+            self.suspicious = True
 
     def probing_map(self, read: Callable[[int], Any], keys: Sequence[int]) -> Iterator[Any]:
         """`map(read, keys)`, timing the first reads; if they show that reads wait,
@@ -69,6 +79,8 @@ class ReadPool:
 
         def parts() -> Iterator[Iterator[Any]]:
             yield timed()
+            if not self.engaged and len(self._timed) == PROBE_READS:
+                self.suspicious = False  # a fast read among the last ones: a hiccup
             rest = keys[len(probed) :]
             yield self.map(read, rest) if self.engaged else map(read, rest)
 
