@@ -7,8 +7,8 @@ costs more than the read. When reads wait (a network disk, an object store),
 `ReadOptions.num_threads` of them should be in flight, as the option says.
 
 So until the pool is engaged, a worker times each chunk's reads. A chunk
-that took more than `SLOW_READ_SECONDS` a record makes the pool suspicious,
-and while it is, workers time the first `PROBE_READS` reads of each chunk one
+that took more than `SLOW_READ_SECONDS` a record makes the pool suspicious
+(as it is at first), and while it is, workers time the first `PROBE_READS` reads of each chunk one
 by one (`probing_map`): once the last `PROBE_READS` reads timed have *each*
 taken more than `SLOW_READ_SECONDS`, the pool is engaged; once they show a
 fast read, it is no longer suspicious. Engaged, every worker sends its
@@ -47,7 +47,10 @@ class ReadPool:
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         self.engaged = False  # reads are slow: every worker reads through the pool
-        self.suspicious = False  # a chunk's reads were slow: time the next reads one by one
+        # Time the next reads one by one. At first too: the first chunk (a batch)
+        # is read by one worker alone, and from a slow source it should not wait
+        # for all its reads in turn.
+        self.suspicious = True
         self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
