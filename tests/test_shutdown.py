@@ -141,6 +141,9 @@ CHILD_PRELUDE = """
 import atexit, json, os, signal, sys, threading, time
 sys.path.insert(0, {repo!r})
 from tests.test_shutdown import busy_loader
+# What Python installs at start-up, unless its parent ignores SIGINT (as a shell
+# does for a command it starts in the background): Ctrl-C must reach the child.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 def live():
     return [t.name for t in threading.enumerate() if t.name.startswith("aioloader")]
 """
