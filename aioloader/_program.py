@@ -160,8 +160,10 @@ class Program:
         pool = self.read_pool  # see `_read_pool`
         if pool is None or hasattr(self.source, "__getitems__"):
             read(self.source, chunk)
-        elif pool.engaged or pool.suspicious:
-            read(self.source, chunk, pool.map if pool.engaged else pool.probing_map)
+        elif pool.engaged:
+            read(self.source, chunk, pool.map)
+        elif pool.suspicious:
+            read(self.source, chunk, pool.probing_map)
         else:
             started = time.perf_counter()
             read(self.source, chunk)

@@ -45,7 +45,11 @@ def plain(records: int) -> float:
 def ideal_threads(records: int, count: int) -> float:
     """`count` threads, each running its share of the records in one go."""
     halves = [range(k * records // count, (k + 1) * records // count) for k in range(count)]
-    threads = [threading.Thread(target=lambda h=h: [spin(r) for r in h]) for h in halves]
+    return run_all([threading.Thread(target=lambda h=h: [spin(r) for r in h]) for h in halves])
+
+
+def run_all(threads: list[threading.Thread]) -> float:
+    """Seconds from starting `threads` to the end of the last."""
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -65,12 +69,7 @@ def ideal_interpreters(records: int, count: int) -> float:
             threading.Thread(target=interpreter.call, args=(spin_range, pickle.dumps(share)))
             for interpreter, share in zip(interpreters, shares, strict=True)
         ]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return time.perf_counter() - started
+        return run_all(threads)
     finally:
         for interpreter in interpreters:
             interpreter.close()

@@ -229,6 +229,19 @@ def _peer(module: str, function: str) -> Callable[..., Any]:
     return call
 
 
+def _grain_scale(trivial: float) -> tuple[tuple[str, float], ...]:
+    """The share of each workload Grain reads: its runs are slow (`trivial`: the variant's own)."""
+    return (
+        ("trivial", trivial),
+        ("cpu", 0.15),
+        ("tokenize", 0.05),
+        ("image", 0.15),
+        ("storage", 0.3),
+        ("arrayrecord", 0.15),
+        ("parquet", 0.05),
+    )
+
+
 def _pool_settings(workload: Workload, workers: int) -> str:
     extra = f", {max(1, IN_FLIGHT // workers)} reads in flight per thread" if workload.is_async else ""
     return (
@@ -277,15 +290,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(
-                ("trivial", 0.005),
-                ("cpu", 0.15),
-                ("tokenize", 0.05),
-                ("image", 0.15),
-                ("storage", 0.3),
-                ("arrayrecord", 0.15),
-                ("parquet", 0.05),
-            ),
+            scale=_grain_scale(trivial=0.005),
             only_workers=(0, 2),
         ),
         Loader(
@@ -296,15 +301,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings_no_threads"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=(
-                ("trivial", 0.01),
-                ("cpu", 0.15),
-                ("tokenize", 0.05),
-                ("image", 0.15),
-                ("storage", 0.3),
-                ("arrayrecord", 0.15),
-                ("parquet", 0.05),
-            ),
+            scale=_grain_scale(trivial=0.01),
             only_workers=(0, 2),
         ),
         Loader(

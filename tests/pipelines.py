@@ -198,3 +198,13 @@ def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
 
 def notes(error: BaseException) -> str:
     return "\n".join(getattr(error, "__notes__", []))
+
+
+def states_at_every_output(loader: DataLoader, count: int) -> list[dict[str, Any]]:
+    """The iterator's state before its first output and after each of `count` outputs."""
+    with iter(loader) as iterator:
+        states = [iterator.get_state()]
+        for _ in range(count):
+            next(iterator)
+            states.append(iterator.get_state())
+    return states

@@ -8,22 +8,10 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, MapTransform, RangeDataSource
+from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, RangeDataSource
 from tests.conftest import repeated
 from tests.pipelines import drain, notes
-from tests.subinterpreter_ops import BrokenSource
-
-
-class FailOn(MapTransform):
-    """Raises on the chosen record values."""
-
-    def __init__(self, bad: set[int], error: type[Exception] = ValueError) -> None:
-        self.bad, self.error = bad, error
-
-    def map(self, element: Any) -> Any:
-        if element in self.bad:
-            raise self.error(f"bad element {element}")
-        return element
+from tests.subinterpreter_ops import BrokenSource, FailOn
 
 
 class AsyncBrokenSource(BrokenSource):

@@ -25,7 +25,16 @@ from aioloader._subinterpreter_prelude import Unavailable
 from aioloader._subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
 from tests import subinterpreter_ops as ops
 from tests.conftest import aioloader_threads
-from tests.pipelines import CASES, Case, assert_same_outputs, collect_async, drain, expected, notes
+from tests.pipelines import (
+    CASES,
+    Case,
+    assert_same_outputs,
+    collect_async,
+    drain,
+    expected,
+    notes,
+    states_at_every_output,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MISSING = unavailable()
@@ -209,12 +218,7 @@ def test_records_and_results_larger_than_the_shared_buffer() -> None:
 @pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
 def test_resume_at_every_output(case: Case) -> None:
     wanted = expected(case)
-    with iter(case.loader(2, executor="interpreter")) as iterator:
-        states = [iterator.get_state()]
-        for _ in wanted:
-            next(iterator)
-            states.append(iterator.get_state())
-    for k, state in enumerate(states):
+    for k, state in enumerate(states_at_every_output(case.loader(2, executor="interpreter"), len(wanted))):
         resumed = iter(case.loader(0))
         resumed.set_state(json.loads(json.dumps(state)))
         assert_same_outputs(list(resumed), wanted[k:])

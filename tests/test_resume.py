@@ -10,7 +10,15 @@ import pytest
 
 from aioloader import Batch, DataLoader, IndexSampler, RangeDataSource, SequentialSampler
 from tests.conftest import repeated
-from tests.pipelines import CASE_IDS, CASES, AddOne, Case, assert_same_outputs, expected
+from tests.pipelines import (
+    CASE_IDS,
+    CASES,
+    AddOne,
+    Case,
+    assert_same_outputs,
+    expected,
+    states_at_every_output,
+)
 
 WORKER_PAIRS = [(0, 0), (0, 3), (2, 0), (1, 2), (3, 8)]
 
@@ -41,12 +49,7 @@ def test_resume_in_a_fresh_loader_at_many_points(case: Case, before: int, after:
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_resume_at_every_output(case: Case) -> None:
     wanted = expected(case)
-    iterator = iter(case.loader(2))
-    states = [iterator.get_state()]
-    for _ in wanted:
-        next(iterator)
-        states.append(iterator.get_state())
-    for k, state in enumerate(states):
+    for k, state in enumerate(states_at_every_output(case.loader(2), len(wanted))):
         resumed = iter(case.loader(0))
         resumed.set_state(state)
         assert_same_outputs(list(resumed), wanted[k:])
