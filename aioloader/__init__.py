@@ -25,18 +25,29 @@ The data sources, one module each (_sources holds the protocols):
 This file is the public API: everything a user imports comes from here.
 """
 
-from aioloader._arrayrecord import ArrayRecordDataSource
-from aioloader._device import DevicePut
-from aioloader._files import FilesDataSource
-from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._common.options import ReadOptions
+from aioloader._device.device_put import DevicePut
+from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
-from aioloader._metadata import RecordMetadata
-from aioloader._operations import Batch, FilterTransform, FlatMapTransform, MapTransform, RandomMapTransform
-from aioloader._options import ReadOptions
-from aioloader._parquet import ParquetDataSource
-from aioloader._sampler import IndexSampler, SequentialSampler
-from aioloader._sharding import NoSharding, ShardByJaxProcess, ShardOptions
-from aioloader._sources import AsyncDataSource, InMemoryDataSource, RandomAccessDataSource, RangeDataSource
+from aioloader._operations.transforms import (
+    Batch,
+    FilterTransform,
+    FlatMapTransform,
+    MapTransform,
+    RandomMapTransform,
+)
+from aioloader._sampling.metadata import RecordMetadata
+from aioloader._sampling.sampler import IndexSampler, SequentialSampler
+from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
+from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
+from aioloader._sources.files import FilesDataSource
+from aioloader._sources.parquet import ParquetDataSource
+from aioloader._sources.protocols import (
+    AsyncDataSource,
+    InMemoryDataSource,
+    RandomAccessDataSource,
+    RangeDataSource,
+)
 
 __all__ = [
     "ArrayRecordDataSource",

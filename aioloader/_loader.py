@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aioloader._device import DevicePut
-from aioloader._interpreter_executor import check_interpreter_executor
-from aioloader._iterators import AsyncDataLoaderIterator, DataLoaderIterator
-from aioloader._operations import compile_operations
-from aioloader._options import ReadOptions
-from aioloader._program import Program
-from aioloader._sampler import IndexSampler
-from aioloader._sources import check_source, describe_source
-from aioloader._validation import require_int
+from aioloader._common.options import ReadOptions
+from aioloader._common.validation import require_int
+from aioloader._device.device_put import DevicePut
+from aioloader._executors.interpreter.executor import check_interpreter_executor
+from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._operations.transforms import compile_operations
+from aioloader._program.program import Program
+from aioloader._sampling.sampler import IndexSampler
+from aioloader._sources.protocols import check_source, describe_source
 
 EXECUTORS = ("thread", "interpreter")
 

@@ -21,6 +21,6 @@ never imports it; importing this module does, and fails with that advice when
 it is missing.
 """
 
-from aioloader._orbax import CheckpointHandler, CheckpointRestore, CheckpointSave
+from aioloader._iteration.orbax import CheckpointHandler, CheckpointRestore, CheckpointSave
 
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]

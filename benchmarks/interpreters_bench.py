@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aioloader import DataLoader, RangeDataSource, SequentialSampler
-from aioloader._subinterpreters import Subinterpreter, unavailable
+from aioloader._executors.interpreter.subinterpreters import Subinterpreter, unavailable
 from benchmarks.interpreters_workload import spin, spin_range
 
 

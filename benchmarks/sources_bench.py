@@ -56,7 +56,7 @@ from aioloader import (
     RangeDataSource,
     SequentialSampler,
 )
-from aioloader._arrayrecord import array_record_installed
+from aioloader._sources.arrayrecord.source import array_record_installed
 
 WORKERS = (0, 1, 2, 4)
 LATENCY = 0.002

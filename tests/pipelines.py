@@ -25,7 +25,7 @@ from aioloader import (
     RandomMapTransform,
     RangeDataSource,
 )
-from aioloader._batching import stack
+from aioloader._operations.batching import stack
 
 
 class AddOne(MapTransform):

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from aioloader import ArrayRecordDataSource, DataLoader, IndexSampler
-from aioloader import _compression as compression
-from aioloader._arrayrecord import READER_ENV, array_record_installed
+from aioloader._sources.arrayrecord import compression as compression
+from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
 from tests.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
 from tests.conftest import FREE_THREADED, repeated
 
@@ -192,7 +192,8 @@ def test_the_codecs_keep_the_gil_off() -> None:
     # A fresh interpreter without PYTHON_GIL=0, so that an extension module
     # not marked free-threading-safe would turn the GIL on (and warn).
     code = (
-        "import sys; from aioloader._compression import decompressor, ZSTD, SNAPPY, BROTLI; "
+        "import sys; "
+        "from aioloader._sources.arrayrecord.compression import decompressor, ZSTD, SNAPPY, BROTLI; "
         "[decompressor(c, 'test') for c in (ZSTD, SNAPPY, BROTLI)]; print(sys._is_gil_enabled())"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}

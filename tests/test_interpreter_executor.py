@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from aioloader import Batch, DataLoader, IndexSampler, InMemoryDataSource, RangeDataSource, ReadOptions
-from aioloader._subinterpreter_prelude import Unavailable
-from aioloader._subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
+from aioloader._executors.interpreter.prelude import Unavailable
+from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
 from tests import subinterpreter_ops as ops
 from tests.conftest import aioloader_threads
 from tests.pipelines import (

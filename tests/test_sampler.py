@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from aioloader import IndexSampler, NoSharding, RecordMetadata, SequentialSampler, ShardOptions
-from aioloader._permutation import Permutation
+from aioloader._sampling.permutation import Permutation
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 65, 1000, 4097, 100_003])

@@ -1,0 +1,159 @@
+"""The device stage: batches onto the accelerator ahead of the training step.
+
+`DataLoader(device_put=DevicePut(...))` adds this stage after reassembly. A
+thread named `aioloader-device-{n}` takes the outputs in order, calls
+`jax.device_put` on each (or, with several JAX processes and a sharding,
+builds the global array from this process's part), and keeps up to
+`buffer_size` transferred batches waiting for the consumer; the consumer's
+step and the next transfers therefore overlap, and the event loop never
+waits on a transfer. With `worker_count=0` the transfer happens in the
+caller's thread when the batch is asked for.
+
+JAX is imported here, when a loader with `device_put` starts, and nowhere
+else in the loader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from aioloader._common.failures import Failure
+from aioloader._common.positions import Position
+from aioloader._common.validation import require_int
+from aioloader._device.handoff import Handoff
+from aioloader._program.program import Outputs
+
+_names = itertools.count()
+
+
+@dataclass(frozen=True)
+class DevicePut:
+    """Transfer each batch (any pytree of arrays) to the accelerator, `buffer_size` ahead.
+
+    Without `sharding`, leaves go to JAX's default device. With a
+    `jax.sharding.Sharding`, each leaf is placed with it; when there are
+    several JAX processes, each process's batch is its part of the global
+    batch, and every process iterates the same global `jax.Array`s.
+    """
+
+    sharding: Any = None
+    buffer_size: int = 2
+
+    def __post_init__(self) -> None:
+        require_int("buffer_size", self.buffer_size, minimum=1)
+        if self.sharding is not None:
+            import jax
+
+            if not isinstance(self.sharding, jax.sharding.Sharding):
+                raise TypeError(f"`sharding` must be a jax.sharding.Sharding or None, got {self.sharding!r}.")
+
+    def transfer(self, batch: Any, position: Position) -> Any:
+        """`batch` as `jax.Array`s; a failure names the batch's position and the leaf."""
+        import jax
+
+        global_arrays = self.sharding is not None and jax.process_count() > 1
+
+        def put(path: Any, leaf: Any) -> Any:
+            try:
+                if global_arrays:
+                    return jax.make_array_from_process_local_data(self.sharding, leaf)  # type: ignore[no-untyped-call]
+                return jax.device_put(leaf, self.sharding)
+            except Exception as error:
+                error.add_note(
+                    f"aioloader: device_put failed on leaf {jax.tree_util.keystr(path) or '(the batch)'} "
+                    f"of the output just before position {_describe(position)}"
+                )
+                raise
+
+        return jax.tree_util.tree_map_with_path(put, batch)
+
+
+def _describe(position: Position) -> str:
+    index, skip_elements, skip_outputs = position
+    return f"index={index}, skip_elements={skip_elements}, skip_outputs={skip_outputs}"
+
+
+def transfer_outputs(outputs: Outputs, device_put: DevicePut) -> Outputs:
+    """The outputs on the device, in order; a transfer failure ends them like any failure."""
+    items: list[Any] = []
+    for item, after in zip(outputs.items, outputs.after, strict=True):
+        try:
+            items.append(device_put.transfer(item, after))
+        except Exception as error:
+            return Outputs(items, outputs.after[: len(items)], Failure(error))
+    return Outputs(items, outputs.after, outputs.failure)
+
+
+class DeviceEngine:
+    """Wraps an engine: its outputs, transferred to the device.
+
+    Threaded, a device thread transfers and keeps up to `buffer_size`
+    batches ahead; inline (`worker_count=0`), the caller transfers as it asks.
+    """
+
+    def __init__(self, inner: Any, device_put: DevicePut, threaded: bool) -> None:
+        self._inner, self._device_put = inner, device_put
+        self._handoff: Handoff[Outputs | BaseException] = Handoff(device_put.buffer_size)
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(
+                target=self._run, name=f"aioloader-device-{next(_names)}", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while (found := self._inner.next()) is not None:
+                outputs, weight = found
+                del found
+                for item, after in zip(outputs.items, outputs.after, strict=True):
+                    if not self._handoff.put(
+                        transfer_outputs(Outputs([item], [after], None), self._device_put)
+                    ):
+                        return
+                self._inner.release(weight)  # the host copies may go: the device holds the batches
+                if outputs.failure is not None:
+                    self._handoff.put(Outputs([], [], outputs.failure))
+                    return
+                del outputs
+        except BaseException as error:
+            self._handoff.put(error)
+        finally:
+            self._handoff.close()
+
+    def next(self) -> tuple[Outputs, int] | None:
+        if self._thread is None:
+            found = self._inner.next()
+            return None if found is None else (transfer_outputs(found[0], self._device_put), found[1])
+        return _unwrap(self._handoff.get())
+
+    async def anext(self) -> tuple[Outputs, int] | None:
+        if self._thread is None:
+            found = await self._inner.anext()
+            return None if found is None else (transfer_outputs(found[0], self._device_put), found[1])
+        return _unwrap(await self._handoff.aget())
+
+    def release(self, weight: int) -> None:
+        if self._thread is None:
+            self._inner.release(weight)
+
+    def close(self) -> None:
+        self._handoff.close(drop=True)
+        self._inner.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    async def aclose(self) -> None:
+        self._handoff.close(drop=True)
+        await self._inner.aclose()
+        if self._thread is not None:
+            self._thread.join(2.0)  # the inner engine is closed: the device thread is ending
+
+
+def _unwrap(unit: Outputs | BaseException | None) -> tuple[Outputs, int] | None:
+    if isinstance(unit, BaseException):
+        raise unit
+    return None if unit is None else (unit, 0)

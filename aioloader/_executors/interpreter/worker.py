@@ -1,0 +1,144 @@
+"""The subinterpreter's side of `executor="interpreter"`, and what crosses to it and back.
+
+Each subinterpreter imports this module once, and so has its own instance of
+it: `load` keeps the source and the operations the main interpreter sent,
+and every `serve` uses them, as a worker thread uses its own copy of the
+program. Both take and return pickled bytes.
+
+* request: `(steps, start, keys, items, origins)`, the steps to run (`read`,
+  `before i`) on a chunk of records: its first index, its keys, and the
+  elements so far with the record each came from;
+* reply: `(items, origins, error)`, what the steps made of them, and the
+  first failure, if any, packed by `pack_error`.
+
+A failure is carried as the exception pickled where it can be, and its type
+name, message, notes and traceback as text in any case: it arrives with its
+type name, its message and the record's index and key even when it cannot be
+rebuilt. An element that does not pickle fails its record in order, like an
+exception in a transform.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from aioloader._common.failures import Failure
+from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, SubinterpreterError
+from aioloader._operations.apply import apply
+from aioloader._operations.transforms import Op
+from aioloader._program.records import RecordChunk, read
+
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+PackedError = tuple[bytes | None, str, list[str], str]
+
+# This interpreter's own source and operations (by their index in `before`), set by `load`.
+_source: Any = None
+_operations: dict[int, Op] = {}
+_seed = 0
+
+
+def load(cargo: bytes) -> bytes:
+    """Keep the program's parts that run here; reply `(source_loaded, problem)`.
+
+    A source that cannot be loaded here is read in the worker thread
+    instead; an operation that cannot is a `problem`: a sentence naming it.
+    """
+    global _source, _seed
+    _seed, source, operations = pickle.loads(cargo)
+    _source = _loaded(source)
+    for index, label, blob in operations:
+        try:
+            _operations[index] = pickle.loads(blob)
+        except Exception as error:
+            return pickle.dumps((False, _cannot_load(label, error)), PROTOCOL)
+    return pickle.dumps((_source is not None, None), PROTOCOL)
+
+
+def _loaded(source: bytes | None) -> Any:
+    try:
+        return None if source is None else pickle.loads(source)
+    except Exception:
+        return None
+
+
+def _cannot_load(label: str, error: Exception) -> str:
+    advice = 'run it with executor="thread"'
+    if isinstance(error, ImportError):
+        advice = f"its modules must load in an isolated subinterpreter; if they cannot, {advice}"
+    return f"{label} cannot be loaded in a subinterpreter ({type(error).__name__}: {error}): {advice}."
+
+
+def serve(request: bytes) -> bytes:
+    """Run the requested steps on one chunk of records; reply with what they made."""
+    steps, start, keys, items, origins = pickle.loads(request)
+    chunk = RecordChunk(start, keys)
+    chunk.items, chunk.origins = items, origins
+    for name, index in steps:
+        if name == "read":
+            read(_source, chunk)
+        else:
+            apply(_operations[index], chunk, _seed)
+    return pickle_chunk(chunk, _reply, "sending results from a subinterpreter")
+
+
+def _reply(chunk: RecordChunk) -> object:
+    packed = None if chunk.failure is None else pack_error(chunk.failure.error)
+    return chunk.items, chunk.origins, packed
+
+
+def pickle_chunk(chunk: RecordChunk, contents: Callable[[RecordChunk], object], what: str) -> bytes:
+    """`contents(chunk)`, pickled; if an element does not pickle, its record fails
+    there (`what` names the step) and the elements before it are sent."""
+    try:
+        return pickle.dumps(contents(chunk), PROTOCOL)
+    except Exception:
+        for j, item in enumerate(chunk.items):
+            try:
+                pickle.dumps(item, PROTOCOL)
+            except Exception as error:
+                chunk.fail(j, error, what)
+                break
+        return pickle.dumps(contents(chunk), PROTOCOL)
+
+
+def pack_error(error: BaseException) -> PackedError:
+    """`error` as it can cross: pickled if it pickles, and described as text."""
+    try:
+        blob: bytes | None = pickle.dumps(error, PROTOCOL)
+    except Exception:
+        blob = None
+    kind = type(error)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    summary = traceback.TracebackException.from_exception(error)
+    summary.__notes__ = None  # the notes travel with the error itself
+    return blob, f"{name}: {error}", list(getattr(error, "__notes__", [])), "".join(summary.format())
+
+
+def unpack_error(packed: PackedError) -> BaseException:
+    """The error that `pack_error` packed: itself if it unpickles here, else a
+    `SubinterpreterError` with its type name, message and notes; its
+    traceback in the subinterpreter is the `__cause__`."""
+    blob, description, notes, trace = packed
+    error = _unpickled(blob)
+    if error is None:
+        error = SubinterpreterError(description)
+        for note in notes:
+            error.add_note(note)
+    error.__cause__ = RemoteTraceback(trace)
+    return error
+
+
+def _unpickled(blob: bytes | None) -> BaseException | None:
+    try:
+        error = None if blob is None else pickle.loads(blob)
+    except Exception:
+        return None
+    return error if isinstance(error, BaseException) else None
+
+
+def failure_of(packed: PackedError | None) -> Failure | None:
+    """The failure a reply carries, if any."""
+    return None if packed is None else Failure(unpack_error(packed))

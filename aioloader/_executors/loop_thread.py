@@ -1,0 +1,87 @@
+"""Asynchronous segments for the workers: an event loop that awaits them.
+
+`AsyncSegments` takes a job whose next segment is asynchronous (an async
+source's reads, an `async def` map), awaits its segments on a loop, and hands
+the job back to the pipeline. For `async for` that loop is the caller's; for
+`for`, `LoopThread` runs one in a background thread, started only when the
+program has asynchronous segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+
+from aioloader._scheduling.scheduler import Pipeline, Work
+
+_names = itertools.count()
+
+
+class AsyncSegments:
+    """Awaits jobs' asynchronous segments on `loop`, then returns them to `pipeline`."""
+
+    def __init__(self, pipeline: Pipeline, loop: asyncio.AbstractEventLoop) -> None:
+        self._pipeline, self._loop = pipeline, loop
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, work: Work) -> None:
+        """Run `work`'s asynchronous segments (from any thread)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the pipeline is closing
+            self._loop.call_soon_threadsafe(self._start, work)
+
+    def _start(self, work: Work) -> None:
+        task = self._loop.create_task(self._run(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, work: Work) -> None:
+        program, pipeline = self._pipeline.program, self._pipeline
+        try:
+            segments = program.stages[work.stage]
+            while work.segment < len(segments) and segments[work.segment].on_loop:
+                work.payload = await program.arun_segment(work.stage, work.segment, work.payload)
+                work.segment += 1
+            pipeline.resume(work)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            pipeline.fail(error)
+
+    def cancel(self) -> None:
+        """Cancel every segment in progress (from any thread)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._cancel_now)
+
+    def _cancel_now(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class LoopThread:
+    """An event loop running in daemon thread `aioloader-loop-{n}` until `close`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.name = f"aioloader-loop-{next(_names)}"
+        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            pending = asyncio.all_tasks(self.loop)
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the loop, cancelling what runs on it, and join the thread."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -1,0 +1,54 @@
+"""Checkpoint states: a position plus what the pipeline was made from.
+
+A state is a few hundred bytes of JSON whatever the dataset size. It records
+the sampler, the source's type and length and the kinds of operations, and a
+state from a different pipeline is rejected; the worker count is not part of
+it, so a state resumes under any `worker_count` or executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aioloader._common.positions import Position
+
+STATE_VERSION = 1
+_POSITION_FIELDS = ("index", "skip_elements", "skip_outputs")
+
+
+def make_state(position: Position, pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-serialisable state for `position` in the pipeline described by `pipeline`."""
+    return {
+        "version": STATE_VERSION,
+        "position": dict(zip(_POSITION_FIELDS, position, strict=True)),
+        "pipeline": pipeline,
+    }
+
+
+def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
+    """The position in `state`, after checking it was made by this pipeline.
+
+    Raises ValueError naming what differs (sampler, data source, operations)
+    or what is malformed.
+    """
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        raise ValueError(
+            f"`state` must be a dict made by get_state() (version {STATE_VERSION}), got {state!r:.200}."
+        )
+    theirs = state.get("pipeline")
+    if not isinstance(theirs, dict):
+        raise ValueError("`state` has no 'pipeline' description; it was not made by get_state().")
+    for part in ("sampler", "data_source", "operations"):
+        if theirs.get(part) != pipeline[part]:
+            raise ValueError(
+                f"`state` was made by a pipeline with another {part}: {theirs.get(part)!r}, "
+                f"but this loader's {part} is {pipeline[part]!r}."
+            )
+    raw = state.get("position")
+    if not isinstance(raw, dict):
+        raise ValueError("`state` has no 'position'.")
+    values = [raw.get(name) for name in _POSITION_FIELDS]
+    for name, value in zip(_POSITION_FIELDS, values, strict=True):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"`state['position']['{name}']` must be an int >= 0, got {value!r}.")
+    return (values[0], values[1], values[2])  # type: ignore[return-value]

@@ -1,0 +1,123 @@
+"""Batching: stacking elements leaf by leaf, and the runs of batches the workers make.
+
+Default batching follows Grain: elements that are dicts, tuples (named or
+not) or lists of numpy arrays and scalars become one structure of the same
+shape whose leaves are the stacked leaves. `Batch(batch_fn=...)` replaces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aioloader._common.failures import Failure
+from aioloader._common.positions import Position
+from aioloader._operations.apply import Run
+from aioloader._operations.transforms import Batch
+from aioloader._sampling.metadata import record_rng
+
+
+def stack(elements: Sequence[Any], path: str = "element") -> Any:
+    """Stack `elements` leaf by leaf into one batch (numpy arrays at the leaves)."""
+    first = elements[0]
+    if isinstance(first, dict):
+        keys = list(first)
+        for i, element in enumerate(elements):
+            if not isinstance(element, dict) or list(element) != keys:
+                raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
+        return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+    if isinstance(first, (tuple, list)):
+        for i, element in enumerate(elements):
+            if type(element) is not type(first) or len(element) != len(first):
+                raise ValueError(
+                    f"cannot batch: {path} of element {i} is not a {type(first).__name__} of {len(first)}"
+                )
+        leaves = [stack([e[k] for e in elements], f"{path}[{k}]") for k in range(len(first))]
+        if isinstance(first, list):
+            return leaves
+        return type(first)(*leaves) if hasattr(first, "_fields") else tuple(leaves)
+    try:
+        return np.stack([np.asarray(e) for e in elements])
+    except ValueError as error:
+        shapes = sorted({np.shape(e) for e in elements})
+        raise ValueError(f"cannot batch: {path} has different shapes {shapes}") from error
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """Batches to form: `groups[b]` are the elements of batch `b`.
+
+    `before[b]` is the position of its first element and `after[b]` the
+    position just after its last; `first[b]`/`last[b]` its first and last
+    record index, and `last_rng[b]` the last record's generator if one was
+    made (a batch uses its last record's generator, as in Grain).
+    """
+
+    groups: list[list[Any]]
+    before: list[Position]
+    after: list[Position]
+    first: list[int]
+    last: list[int]
+    last_rng: list[np.random.Generator | None]
+
+
+class BatchRun(Run):
+    """Batches, then what the operations after `Batch` made of them."""
+
+    __slots__ = ("plan", "skip_outputs")
+
+    def __init__(self, plan: BatchPlan, batch: Batch, skip_outputs: int, failure: Failure | None) -> None:
+        """Stack each group of `plan`; `failure` (from the records) comes after these batches."""
+        super().__init__([])
+        self.plan, self.skip_outputs, self.failure = plan, skip_outputs, failure
+        combine = batch.batch_fn or stack
+        for b, group in enumerate(plan.groups):
+            try:
+                self.items.append(combine(group))
+            except Exception as error:
+                self.failure = self.blame(b, error, "Batch" if batch.batch_fn is None else "Batch.batch_fn")
+                break
+
+    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+        rng = self.plan.last_rng[origin]
+        if rng is None:
+            rng = self.plan.last_rng[origin] = record_rng(seed, self.plan.last[origin])
+        return rng
+
+    def blame(self, origin: int, error: BaseException, what: str) -> Failure:
+        return Failure.at_batch(error, what, self.plan.first[origin], self.plan.last[origin])
+
+    def positions_after(self) -> list[Position]:
+        """The position after each output, so a checkpoint can resume just past it.
+
+        After the last output of a batch that is the batch's end; after an
+        earlier one it is the batch's start with one more output to skip.
+        """
+        if self.origins is None:
+            return self.plan.after[: len(self.items)]  # one output per batch
+        plan, origins = self.plan, self.origins
+        positions: list[Position] = []
+        ordinal, previous = 0, -1
+        for j, origin in enumerate(origins):
+            ordinal = ordinal + 1 if origin == previous else 1
+            previous = origin
+            if j + 1 < len(origins) and origins[j + 1] == origin:
+                index, skip, done = plan.before[origin]
+                positions.append((index, skip, done + ordinal))
+            else:
+                positions.append(plan.after[origin])
+        return positions
+
+    def drop_first_outputs(self) -> None:
+        """Drop `skip_outputs` outputs of the first batch (resuming inside a batch)."""
+        if self.skip_outputs == 0:
+            return
+        origins = self.origin_list()
+        drop = 0
+        while drop < self.skip_outputs and drop < len(origins) and origins[drop] == 0:
+            drop += 1
+        del self.items[:drop]
+        self.origins = origins[drop:]

@@ -1,0 +1,204 @@
+"""The operations a pipeline applies, in list order, and their compiled form.
+
+The public classes mirror Grain's: subclass `MapTransform` and define `map`,
+and so on. A plain callable counts as a map; an `async def` map (a coroutine
+function, or a transform whose `map` is one) is awaited on the event loop.
+
+Each worker thread gets its own deep copy of the operations, so the state a
+transform holds belongs to the thread that uses it (on free-threaded CPython
+a dict read by many threads is a slow path). To share a transform's state
+instead, define `__deepcopy__(self, memo)` to return `self`, or to copy all
+but the large read-only part.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from aioloader._common.validation import require_bool, require_int
+
+
+class MapTransform(abc.ABC):
+    """Maps one element to one element."""
+
+    @abc.abstractmethod
+    def map(self, element: Any) -> Any:
+        """Return the transformed element."""
+
+
+class RandomMapTransform(abc.ABC):
+    """Maps one element to one element with the record's own generator."""
+
+    @abc.abstractmethod
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        """Return the transformed element; `rng` belongs to this record alone."""
+
+
+class FilterTransform(abc.ABC):
+    """Keeps the elements for which `filter` is true."""
+
+    @abc.abstractmethod
+    def filter(self, element: Any) -> bool:
+        """Return True to keep `element`."""
+
+
+class FlatMapTransform(abc.ABC):
+    """Maps one element to any number of elements, kept in order."""
+
+    @abc.abstractmethod
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        """Return (or yield) the elements that replace `element`."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Groups consecutive elements into batches of `batch_size`.
+
+    By default the elements' leaves (through dicts, tuples and lists) are
+    stacked with numpy; `batch_fn(list_of_elements)` replaces that. The last
+    batch is smaller unless `drop_remainder=True` drops it.
+    """
+
+    batch_size: int
+    drop_remainder: bool = False
+    batch_fn: Callable[[list[Any]], Any] | None = None
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, minimum=1)
+        require_bool("drop_remainder", self.drop_remainder)
+        if self.batch_fn is not None and not callable(self.batch_fn):
+            raise TypeError(f"`batch_fn` must be callable or None, got {self.batch_fn!r}.")
+
+
+class Kind(Enum):
+    """What an operation does to the stream of elements."""
+
+    MAP = "map"
+    RANDOM_MAP = "random_map"
+    FILTER = "filter"
+    FLAT_MAP = "flat_map"
+    ASYNC_MAP = "async_map"
+
+
+@dataclass
+class Op:
+    """One per-element operation, as the workers run it.
+
+    `target` is the user's object (the part copied per thread); `method`
+    names the attribute to call on it, or is empty for a plain callable.
+    `name` is where it stands in the user's list (`operations[2]`) and
+    `what` says what it is (`Tokenize.map`).
+    """
+
+    kind: Kind
+    target: Any
+    method: str
+    name: str
+    what: str
+
+    @property
+    def label(self) -> str:
+        """How error messages name the operation: `operations[2] (Tokenize.map)`."""
+        return f"{self.name} ({self.what})"
+
+    def function(self) -> Callable[..., Any]:
+        """The callable to apply, bound to this copy's `target`."""
+        function: Callable[..., Any] = getattr(self.target, self.method) if self.method else self.target
+        return function
+
+    @property
+    def one_to_one(self) -> bool:
+        """True when every input element gives exactly one output element."""
+        return self.kind in (Kind.MAP, Kind.RANDOM_MAP, Kind.ASYNC_MAP)
+
+
+@dataclass
+class Operations:
+    """The user's operation list split at its `Batch`: `before`, the batch, `after`."""
+
+    before: list[Op]
+    batch: Batch | None
+    after: list[Op]
+
+    def describe(self) -> list[str]:
+        """What identifies the operations, for checkpoint states."""
+        batch = [] if self.batch is None else [f"batch({self.batch.batch_size},{self.batch.drop_remainder})"]
+        return [op.kind.value for op in self.before] + batch + [op.kind.value for op in self.after]
+
+    def for_worker(self) -> Operations:
+        """A deep copy for one worker thread, naming the operation that cannot be copied.
+
+        One memo serves the whole list, so operations that share an object
+        share its copy too.
+        """
+        memo: dict[int, Any] = {}
+
+        def copy_of(op: Op) -> Op:
+            try:
+                target = copy.deepcopy(op.target, memo)
+            except Exception as error:
+                raise TypeError(
+                    f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread "
+                    f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
+                ) from error
+            return Op(op.kind, target, op.method, op.name, op.what)
+
+        return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
+
+    @property
+    def uses_rng(self) -> bool:
+        """True when some operation asks for the record's generator."""
+        return any(op.kind is Kind.RANDOM_MAP for op in (*self.before, *self.after))
+
+
+_METHODS = (
+    (MapTransform, Kind.MAP, "map"),
+    (RandomMapTransform, Kind.RANDOM_MAP, "random_map"),
+    (FilterTransform, Kind.FILTER, "filter"),
+    (FlatMapTransform, Kind.FLAT_MAP, "flat_map"),
+)
+
+
+def compile_operations(operations: Sequence[Any]) -> Operations:
+    """Check the user's `operations` and split them at the `Batch`."""
+    if isinstance(operations, (str, bytes)) or not isinstance(operations, Sequence):
+        raise TypeError(
+            f"`operations` must be a list or tuple of operations, got {type(operations).__name__}."
+        )
+    batches = [i for i, op in enumerate(operations) if isinstance(op, Batch)]
+    if len(batches) > 1:
+        raise ValueError(
+            f"`operations` may hold at most one Batch, got {len(batches)} (at positions {batches})."
+        )
+    ops = [_compile_one(i, op) for i, op in enumerate(operations) if not isinstance(op, Batch)]
+    if not batches:
+        return Operations(ops, None, [])
+    split = batches[0]
+    return Operations(ops[:split], operations[split], ops[split:])
+
+
+def _compile_one(position: int, operation: Any) -> Op:
+    name = f"operations[{position}]"
+    for base, kind, method in _METHODS:
+        if isinstance(operation, base):
+            if kind is Kind.MAP and inspect.iscoroutinefunction(getattr(operation, method)):
+                kind = Kind.ASYNC_MAP
+            return Op(kind, operation, method, name, f"{type(operation).__name__}.{method}")
+    if callable(operation):
+        is_async = inspect.iscoroutinefunction(operation) or inspect.iscoroutinefunction(
+            getattr(operation, "__call__", None)  # noqa: B004 - a callable object's async __call__
+        )
+        what = getattr(operation, "__qualname__", type(operation).__name__)
+        return Op(Kind.ASYNC_MAP if is_async else Kind.MAP, operation, "", name, what)
+    raise TypeError(
+        f"`{name}` must be a MapTransform, RandomMapTransform, FilterTransform, FlatMapTransform, Batch "
+        f"or a callable, got {operation!r}."
+    )

@@ -1,0 +1,101 @@
+"""The per-record stage: a chunk of consecutive sampler indices, read and transformed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from aioloader._common.failures import Failure
+from aioloader._operations.apply import Run
+from aioloader._sampling.metadata import record_rng
+
+
+class RecordChunk(Run):
+    """Sampler indices `[start, start + len(keys))`, then the elements made from them.
+
+    `skip` elements of the first record are dropped after the operations (a
+    checkpoint taken inside a flat-map's output), and `skip_outputs` outputs
+    of its first batch. `rngs` holds each record's generator once a random
+    operation asked for it.
+    """
+
+    __slots__ = ("keys", "rngs", "skip", "skip_outputs", "start")
+
+    def __init__(self, start: int, keys: list[int], skip: int = 0, skip_outputs: int = 0) -> None:
+        super().__init__([])
+        self.start, self.keys, self.skip, self.skip_outputs = start, keys, skip, skip_outputs
+        self.rngs: list[np.random.Generator | None] | None = None
+
+    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+        if self.rngs is None:
+            self.rngs = [None] * len(self.keys)
+        rng = self.rngs[origin]
+        if rng is None:
+            rng = self.rngs[origin] = record_rng(seed, self.start + origin)
+        return rng
+
+    def blame(self, origin: int, error: BaseException, what: str) -> Failure:
+        return Failure.at_record(error, what, self.start + origin, self.keys[origin])
+
+    def drop_skipped(self) -> None:
+        """Drop the first `skip` elements of the first record (resuming mid-record)."""
+        if self.skip == 0:
+            return
+        origins = self.origin_list()
+        drop = 0
+        while drop < self.skip and drop < len(origins) and origins[drop] == 0:
+            drop += 1
+        del self.items[:drop]
+        self.origins = origins[drop:]
+
+
+def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] = map) -> None:
+    """Read the chunk's records from a random-access source, in order.
+
+    `__getitems__` reads the whole chunk in one call when the source has it;
+    if that raises, the keys are read one by one to find the failing record.
+    One by one, `mapper` (`map`, or a read pool's concurrent map) reads them
+    in order, and `list.extend` collects them at C speed, keeping what it
+    appended before a read raised: its length is the failing key's.
+    """
+    getitems = getattr(source, "__getitems__", None)
+    if getitems is not None:
+        try:
+            chunk.items = list(getitems(chunk.keys))
+            return
+        except Exception:
+            pass
+    items: list[Any] = []
+    chunk.items = items
+    try:
+        items.extend(mapper(source.__getitem__, chunk.keys))
+    except Exception as error:
+        chunk.fail(len(items), error, f"reading from {type(source).__name__}")
+
+
+async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:
+    """Await the chunk's records from an async source, at most `limit` reads at a time."""
+    many = getattr(source, "aget_many", None)
+    if many is not None:
+        try:
+            async with limit:
+                chunk.items = list(await many(chunk.keys))
+            return
+        except Exception:
+            pass
+
+    async def one(key: int) -> Any:
+        async with limit:
+            return await source.aget(key)
+
+    results = await asyncio.gather(*(one(k) for k in chunk.keys), return_exceptions=True)
+    chunk.items = results
+    for j, result in enumerate(results):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            chunk.fail(j, result, f"reading from {type(source).__name__}")
+            break

@@ -1,0 +1,66 @@
+"""Chunk sizes: how many sampler indices travel to a worker at once.
+
+Per-chunk hand-offs between threads cost tens of microseconds, so a chunk
+should be about a millisecond of work (CPU time: waiting for I/O or for the
+GIL is not work); how long a record takes is only known once some have been
+processed. The first chunk is one record (or one batch), so the first output
+comes as soon as possible and its cost is measured before any other chunk is
+sized (the pipeline waits for it); later chunks are sized from the measured
+cost per record. Chunking never changes the output: records get their
+generator from their index, and fused chunks always hold whole batches.
+"""
+
+from __future__ import annotations
+
+from aioloader._common.positions import Position
+from aioloader._program.program import ChunkJob
+
+TARGET_SECONDS = 0.001
+FIRST_CHUNK_RECORDS = 1
+
+
+class ChunkPlanner:
+    """Cuts the sampler's indices from a position into `ChunkJob`s.
+
+    `unit` is the batch size when chunks must hold whole batches (else 1);
+    `max_records` caps a chunk so that several fit in the prefetch window.
+    """
+
+    def __init__(self, position: Position, length: int | None, unit: int, max_records: int) -> None:
+        self._next, self._skip, self._skip_outputs = position
+        self._length, self._unit = length, unit
+        self._max = max(unit, max_records // unit * unit)
+        self._seconds_per_record: float | None = None
+
+    def observe(self, records: int, seconds: float) -> None:
+        """Record that a chunk of `records` took `seconds` of worker time."""
+        if records <= 0:
+            return
+        sample = seconds / records
+        previous = self._seconds_per_record
+        self._seconds_per_record = sample if previous is None else 0.7 * previous + 0.3 * sample
+
+    def next_size(self) -> int:
+        """How many records the next chunk should hold (a multiple of `unit`)."""
+        if self._seconds_per_record is None:
+            wanted = FIRST_CHUNK_RECORDS
+        else:
+            wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
+        units = max(1, -(-wanted // self._unit))
+        return min(units * self._unit, self._max)
+
+    def peek(self) -> int:
+        """How many records the next chunk will hold; 0 once the sampler is exhausted."""
+        if self._length is None:
+            return self.next_size()
+        return max(0, min(self.next_size(), self._length - self._next))
+
+    def next_job(self) -> ChunkJob | None:
+        """The next chunk, or None once the sampler is exhausted."""
+        count = self.peek()
+        if count == 0:
+            return None
+        job = ChunkJob(self._next, count, self._skip, self._skip_outputs)
+        self._next += count
+        self._skip = self._skip_outputs = 0
+        return job

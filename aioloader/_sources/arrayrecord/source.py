@@ -1,0 +1,172 @@
+"""`ArrayRecordDataSource`: the records of ArrayRecord files (Grain's format), as bytes.
+
+Two readers give the same records. Google's `array_record` package is used
+where it installs; on free-threaded builds, which it has no wheels for,
+aioloader's own reader of the format (`_arrayrecord_file`) reads the files,
+decompressing with whatever this interpreter has (`_compression`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from aioloader._common.validation import require_int
+from aioloader._sources.arrayrecord.reader import ArrayRecordFile
+from aioloader._sources.arrayrecord.riegeli import FormatError, Records
+from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
+from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.paths import describe_paths, require_paths
+
+READERS = ("auto", "builtin", "array_record")
+READER_ENV = "AIOLOADER_ARRAY_RECORD_READER"
+DEFAULT_CACHE_BYTES = 256 << 20
+
+
+class _File(Protocol):
+    num_records: int
+
+    def read_one(self, position: int) -> bytes: ...
+
+    def read(self, positions: list[int]) -> list[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class ArrayRecordDataSource:
+    """The records of one or more ArrayRecord files, in the order of `paths`, as `bytes`.
+
+    `reader` picks who reads the files: `"array_record"` (Google's package),
+    `"builtin"` (aioloader's own reader: plain Python and numpy, for
+    interpreters where `array_record` does not install), or `"auto"`: the
+    environment variable `AIOLOADER_ARRAY_RECORD_READER` if set, else
+    `array_record` where it imports, else `builtin`. Both give the same
+    records, so a checkpoint moves between them.
+
+    The built-in reader supports what ArrayRecord's writer produces without
+    `transpose`: any `group_size`, uncompressed, zstd, snappy or brotli
+    chunks. It keeps decoded chunks of more than one record in a cache of at
+    most `cache_bytes` shared by all the files. Broken files are rejected
+    when the source is made (bad signature, truncation, footer and record
+    counts that disagree) or, for a damaged chunk, when it is read; every
+    message names the file.
+
+    Thread-safe: any number of threads may read at once.
+    """
+
+    def __init__(self, paths: Any, *, reader: str = "auto", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.paths = require_paths(paths)
+        self.reader = _choose_reader(reader)
+        self._cache: ByteBoundedCache[Records] = ByteBoundedCache(
+            require_int("cache_bytes", cache_bytes, minimum=0)
+        )
+        self._files: list[_File] = []
+        try:
+            for path in self.paths:
+                self._files.append(_open(path, self.reader, self._cache))
+        except BaseException:
+            self.close()
+            raise
+        self._index = KeyIndex([file.num_records for file in self._files])
+
+    def __len__(self) -> int:
+        return self._index.total
+
+    def __getitem__(self, key: int) -> bytes:
+        file, position = self._index.locate(key)
+        return self._files[file].read_one(position)
+
+    def __getitems__(self, keys: Sequence[int]) -> list[bytes]:
+        """The records at `keys`, in order, with one read per file and one decode per chunk."""
+        files, positions = self._index.locate_many(keys)
+        return read_grouped(files, positions, lambda file, at: self._files[file].read(at))
+
+    def cache_statistics(self) -> CacheStatistics:
+        """The decoded-chunk cache of the built-in reader (empty for `array_record`)."""
+        return self._cache.statistics()
+
+    def close(self) -> None:
+        """Close every file (idempotent); reading afterwards raises."""
+        for file in self._files:
+            file.close()
+        self._cache.clear()
+
+    def __enter__(self) -> ArrayRecordDataSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ArrayRecordDataSource({describe_paths(self.paths)}, reader={self.reader!r})"
+
+
+def array_record_installed() -> bool:
+    """Whether Google's `array_record` package can be imported here."""
+    try:
+        return importlib.util.find_spec("array_record") is not None
+    except ValueError:
+        return False
+
+
+def _choose_reader(reader: Any) -> str:
+    if reader not in READERS:
+        raise ValueError(f"`reader` must be one of {READERS}, got {reader!r}.")
+    if reader == "auto":
+        reader = os.environ.get(READER_ENV) or "auto"
+        if reader not in READERS:
+            raise ValueError(
+                f"the environment variable {READER_ENV} must be one of {READERS}, got {reader!r}."
+            )
+    if reader == "auto":
+        return "array_record" if array_record_installed() else "builtin"
+    if reader == "array_record" and not array_record_installed():
+        raise ModuleNotFoundError(
+            "`reader='array_record'` needs the array-record package, which is not installed "
+            "(it has no wheels for free-threaded builds); use reader='builtin'."
+        )
+    return str(reader)
+
+
+def _open(path: str, reader: str, cache: ByteBoundedCache[Records]) -> _File:
+    return ArrayRecordFile(path, cache) if reader == "builtin" else _NativeFile(path)
+
+
+class _NativeFile:
+    """One file read by the `array_record` package's C++ reader.
+
+    One reader serves every thread, as in Grain's own data source (the C++
+    reader is thread-safe); readahead is off, since reads are random.
+    """
+
+    def __init__(self, path: str) -> None:
+        from array_record.python import array_record_module
+
+        try:
+            self._reader = array_record_module.ArrayRecordReader(
+                path, "readahead_buffer_size:0", file_reader_buffer_size=32768
+            )
+        except Exception as error:  # the C++ reader reports a bad file as a plain error
+            raise FormatError(f"`{path}` is not a valid ArrayRecord file: {error}.") from error
+        if not self._reader.ok():
+            raise FormatError(f"`{path}` is not a valid ArrayRecord file: {self._failure()}.")
+        self.num_records: int = self._reader.num_records()
+
+    def _failure(self) -> str:
+        # A reader that failed to open says why only when it is used.
+        try:
+            self._reader.read([0])
+        except Exception as error:
+            return str(error)
+        return "the array_record reader reports a failure"
+
+    def read_one(self, position: int) -> bytes:
+        return self._reader.read([position])[0]  # type: ignore[no-any-return]
+
+    def read(self, positions: list[int]) -> list[bytes]:
+        return list(self._reader.read(positions))
+
+    def close(self) -> None:
+        self._reader.close()

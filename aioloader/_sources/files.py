@@ -1,0 +1,47 @@
+"""`FilesDataSource`: whole files as records, read with asyncio file I/O (aiofiles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiofiles
+
+from aioloader._sources.keys import require_key
+from aioloader._sources.paths import describe_paths, require_paths
+
+
+class FilesDataSource:
+    """The bytes of each file in `paths`, one record per file, in order.
+
+    An `AsyncDataSource`: the loader awaits `aget` on its event loop with at
+    most `ReadOptions.num_threads` reads in flight, so files on slow or
+    network storage are read concurrently, from `for` and `async for`
+    alike. aiofiles runs each blocking call (open, read, close) on the event
+    loop's default executor, whose size (`min(32, cpu_count + 4)` threads
+    unless the loop's owner sets another) also bounds the reads that are
+    really waiting on the disk at once.
+
+    `source[key]` reads synchronously, for debugging. The paths are not
+    checked when the source is made (a million `stat` calls on a network
+    disk would not start at once): a missing file is an error when it is
+    read, naming the file. Safe to use from any number of threads and loops.
+    """
+
+    def __init__(self, paths: Any) -> None:
+        self.paths = require_paths(paths, must_exist=False)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    async def aget(self, key: int) -> bytes:
+        """The bytes of file `paths[key]`, read without blocking the event loop."""
+        async with aiofiles.open(self.paths[require_key(key, len(self.paths))], "rb") as file:
+            return await file.read()  # type: ignore[no-any-return]
+
+    def __getitem__(self, key: int) -> bytes:
+        """The bytes of file `paths[key]`, read in this thread."""
+        with open(self.paths[require_key(key, len(self.paths))], "rb") as file:
+            return file.read()
+
+    def __repr__(self) -> str:
+        return f"FilesDataSource({describe_paths(self.paths)})"
