@@ -27,12 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def gil_spec() -> EnvSpec:
     """The machine's default CPython, with every extra and the benchmark peers."""
-    return EnvSpec("gil", Path(sys.executable), ("all", "dev", "peers"))
+    return EnvSpec("gil", Path(sys.executable), ("all", "dev", "peers", "s3-fast", "hf", "polars"))
 
 
 def ft_spec() -> EnvSpec:
     """A free-threaded CPython, with the extras that have free-threaded wheels."""
-    extras = ("jax", "parquet", "zstd", "arrayrecord-builtin", "dev", "bench")
+    extras = ("jax", "parquet", "zstd", "arrayrecord-builtin", "s3", "progress", "metrics", "dev", "bench")
     return EnvSpec("ft", free_threaded_python(), extras, binary_only=True)
 
 

@@ -8,6 +8,7 @@ one cached environment serves every clone. Its folder name carries a hash of
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import re
 import shutil
@@ -23,7 +24,7 @@ from tools.log import say
 RECIPE_VERSION = "1"
 # Environments of one name kept side by side (several checkouts or branches
 # may want different ones); the least recently used beyond this are removed.
-KEEP_PER_NAME = 4
+KEEP_PER_NAME = 8
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,15 @@ def ensure_env(spec: EnvSpec, repo: Path) -> Path:
         "\n".join([RECIPE_VERSION, pyproject.read_text(), version, repr(spec)]).encode()
     ).hexdigest()[:12]
     home = cache_root() / "venvs" / f"{spec.name}-{key}"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    # Two `./dev` commands started at once (two checkouts, or CI beside a
+    # developer) must not build the same environment together.
+    with open(home.parent / f".{spec.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(spec, pyproject, home)
+
+
+def _ensure_locked(spec: EnvSpec, pyproject: Path, home: Path) -> Path:
     python = home / "bin" / "python"
     if (home / ".complete").exists():
         say(f"environment {spec.name}: reusing {home}")
