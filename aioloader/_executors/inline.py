@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioloader._common.positions import Position
-from aioloader._program.program import Outputs, Plan, Program
+from aioloader._program.program import Outputs, Plan, Program, Stage
 from aioloader._scheduling.planner import ChunkPlanner
 from aioloader._scheduling.tail import TailBatcher
 
@@ -39,14 +39,14 @@ def inline_steps(program: Program, position: Position, prefetch_buffer_size: int
     planner = ChunkPlanner(position, program.sampler.length, unit, prefetch_buffer_size)
     tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
     while (job := planner.next_job()) is not None:
-        result, seconds = yield from _run_stage(program, 0, job)
+        result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds)
         units: list[Outputs] = []
         if tail is None:
             units.append(result)
         else:
             for batch_job in tail.push(result):
-                units.append((yield from _run_stage(program, 1, batch_job))[0])
+                units.append((yield from _run_stage(program, Stage.BATCHES, batch_job))[0])
         # Hold no reference to what the consumer has while the next chunk is
         # made, so that one unit at a time is alive.
         del result
@@ -57,10 +57,10 @@ def inline_steps(program: Program, position: Position, prefetch_buffer_size: int
                 return
             del unit_outputs
     for batch_job in tail.finish() if tail is not None else ():
-        yield (yield from _run_stage(program, 1, batch_job))[0]
+        yield (yield from _run_stage(program, Stage.BATCHES, batch_job))[0]
 
 
-def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any, tuple[Any, float]]:
+def _run_stage(program: Program, stage: Stage, payload: Any) -> Generator[Any, Any, tuple[Any, float]]:
     """Run one stage's segments; return the result and the CPU seconds of synchronous work.
 
     Awaited segments (async reads and maps) are not counted: waiting on I/O is
@@ -68,7 +68,7 @@ def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any
     in flight, to one record.
     """
     seconds = 0.0
-    for k, segment in enumerate(program.stages[stage]):
+    for k, segment in enumerate(program.segments[stage]):
         if segment.on_loop:
             payload = yield Await(program.arun_segment(stage, k, payload))
         else:

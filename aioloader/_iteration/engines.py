@@ -1,6 +1,6 @@
 """Where an iterator's outputs come from: the engines behind `for` and `async for`.
 
-* `ThreadedEngine`: worker threads over the pipeline's scheduler (each with
+* `ThreadedEngine`: worker threads over the `Scheduler` (each with
   its own subinterpreter for `executor="interpreter"`), plus an
   event loop for asynchronous segments (a background thread for `for`, only
   if the program has such segments; the caller's loop for `async for`).
@@ -27,14 +27,14 @@ from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._program.program import Outputs
 from aioloader._program.read_pool import ReadPool
-from aioloader._scheduling.scheduler import Pipeline
+from aioloader._scheduling.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from aioloader._loader import DataLoader
 
 
 class ThreadedEngine:
-    """Worker threads over the pipeline's scheduler, and an event loop for async segments.
+    """Worker threads over a `Scheduler`, and an event loop for async segments.
 
     For `for`, the loop is a background thread started only if the program
     has asynchronous segments; for `async for` it is the caller's loop.
@@ -45,30 +45,30 @@ class ThreadedEngine:
     ) -> None:
         program = loader.program()
         self._read_pool = program.read_pool = ReadPool(loader.read_options.num_threads)
-        self.pipeline = Pipeline(program, position, loader.read_options, loader.worker_count)
+        self.scheduler = Scheduler(program, position, loader.read_options, loader.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
-        if self.pipeline.needs_async_runner:
+        if self.scheduler.needs_async_runner:
             if loop is None:
                 self._loop_thread = LoopThread()
                 loop = self._loop_thread.loop
-            self._segments = AsyncSegments(self.pipeline, loop)
-            self.pipeline.use_async_runner(self._segments)
+            self._segments = AsyncSegments(self.scheduler, loop)
+            self.scheduler.use_async_runner(self._segments)
         runner = interpreter_runner(program) if loader.executor == "interpreter" else thread_runner(program)
-        self._workers = WorkerThreads(self.pipeline, runner, loader.worker_count, "aioloader-worker")
+        self._workers = WorkerThreads(self.scheduler, runner, loader.worker_count, "aioloader-worker")
 
     def next(self) -> tuple[Outputs, int] | None:
-        return self.pipeline.get()
+        return self.scheduler.get()
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        return await self.pipeline.aget()
+        return await self.scheduler.aget()
 
     def release(self, weight: int) -> None:
         if weight:
-            self.pipeline.release(weight)
+            self.scheduler.release(weight)
 
     def _stop(self) -> None:
-        self.pipeline.close()
+        self.scheduler.close()
         if self._segments is not None:
             self._segments.cancel()
 

@@ -12,8 +12,9 @@ There are three plans, chosen from the operations:
 * `Batch` after one-to-one operations only ("fused"): batch boundaries are
   known in advance, so a chunk holds whole batches and the workers batch too;
 * `Batch` after a filter or flat-map ("tail"): how many elements a record
-  gives is data, so stage 1 makes elements, the ordered tail on the loop cuts
-  batches, and stage 2 (on the workers again) stacks them and runs the
+  gives is data, so the `RECORDS` stage makes elements, the ordered tail
+  (`TailBatcher`, in whichever thread delivers them in order) cuts batches,
+  and the `BATCHES` stage (on the workers again) stacks them and runs the
   operations after `Batch`.
 
 Steps are named, not closures, so that another interpreter can run them on
@@ -54,6 +55,18 @@ class Plan(enum.Enum):
     RECORDS = "records"
     FUSED = "fused"
     TAIL = "tail"
+
+
+class Stage(enum.Enum):
+    """The two stages of work: every plan has `RECORDS`; only the tail plan has `BATCHES`.
+
+    `RECORDS` takes a `ChunkJob` (sampler indices) to its outputs, or to
+    `Elements` for the tail; `BATCHES` takes a `BatchJob` cut by the tail to
+    its outputs.
+    """
+
+    RECORDS = "records"
+    BATCHES = "batches"
 
 
 @dataclass(slots=True)
@@ -115,14 +128,14 @@ class Segment:
 
 
 class Program:
-    """The source, sampler and operations, and the segments of each stage."""
+    """The source, sampler and operations, and the segments of each stage (`segments[stage]`)."""
 
     def __init__(self, source: Any, sampler: IndexSampler, operations: Operations, read_threads: int) -> None:
         self.source, self.sampler, self.operations = source, sampler, operations
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.plan = _choose_plan(operations)
-        self.stages = _segments(self.plan, operations, is_async_source(source))
+        self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
         self.read_pool: ReadPool | None = None  # set by engines with worker threads
 
@@ -138,9 +151,9 @@ class Program:
         clone.sampler = copy.deepcopy(self.sampler)
         return clone
 
-    def run_segment(self, stage: int, segment: int, payload: Any) -> Any:
+    def run_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Run one synchronous segment on `payload` (called on a worker)."""
-        return self.run_steps(self.stages[stage][segment].steps, payload)
+        return self.run_steps(self.segments[stage][segment].steps, payload)
 
     def run_steps(self, steps: Sequence[Step], payload: Any) -> Any:
         """Run synchronous `steps` in order on `payload`: a segment, or the part of
@@ -149,9 +162,9 @@ class Program:
             payload = getattr(self, f"_step_{name}")(arg, payload)
         return payload
 
-    async def arun_segment(self, stage: int, segment: int, payload: Any) -> Any:
+    async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Await one asynchronous segment on `payload` (called on the loop)."""
-        for name, arg in self.stages[stage][segment].steps:
+        for name, arg in self.segments[stage][segment].steps:
             payload = await getattr(self, f"_astep_{name}")(arg, payload)
         return payload
 
@@ -265,7 +278,7 @@ def _op_steps(ops: list[Op], name: str) -> list[tuple[Step, bool]]:
     ]
 
 
-def _segments(plan: Plan, operations: Operations, async_source: bool) -> list[list[Segment]]:
+def _segments(plan: Plan, operations: Operations, async_source: bool) -> dict[Stage, list[Segment]]:
     """Group each stage's steps into segments (see `Segment`)."""
     first: list[tuple[Step, bool]] = [
         (("keys", 0), False),
@@ -273,12 +286,12 @@ def _segments(plan: Plan, operations: Operations, async_source: bool) -> list[li
     ]
     first += _op_steps(operations.before, "before")
     if plan is Plan.RECORDS:
-        return [_group([*first, (("records_out", 0), False)])]
+        return {Stage.RECORDS: _group([*first, (("records_out", 0), False)])}
     after = _op_steps(operations.after, "after")
     if plan is Plan.FUSED:
-        return [_group([*first, (("fuse", 0), False), *after, (("batches_out", 0), False)])]
+        return {Stage.RECORDS: _group([*first, (("fuse", 0), False), *after, (("batches_out", 0), False)])}
     second = [(("batch", 0), False), *after, (("batches_out", 0), False)]
-    return [_group([*first, (("elements_out", 0), False)]), _group(second)]
+    return {Stage.RECORDS: _group([*first, (("elements_out", 0), False)]), Stage.BATCHES: _group(second)}
 
 
 def _group(steps: list[tuple[Step, bool]]) -> list[Segment]:

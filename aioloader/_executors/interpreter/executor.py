@@ -36,7 +36,7 @@ from aioloader._executors.interpreter.subinterpreters import Subinterpreter, Sub
 from aioloader._executors.interpreter.worker import PROTOCOL, failure_of, load, pickle_chunk, serve
 from aioloader._executors.threads import RunnerFactory, SegmentRunner
 from aioloader._operations.transforms import Kind, Op, Operations
-from aioloader._program.program import Program, Step
+from aioloader._program.program import Program, Stage, Step
 from aioloader._program.records import RecordChunk
 from aioloader._sources.protocols import is_async_source
 
@@ -141,12 +141,12 @@ class _Runner:
     def __init__(self, program: Program, interpreter: Subinterpreter, reads_there: bool) -> None:
         self._program, self._interpreter = program, interpreter
         self._routes = {
-            (s, k): _route(segment.steps, program.operations, reads_there)
-            for s, stage in enumerate(program.stages)
-            for k, segment in enumerate(stage)
+            (stage, k): _route(segment.steps, program.operations, reads_there)
+            for stage, segments in program.segments.items()
+            for k, segment in enumerate(segments)
         }
 
-    def run(self, stage: int, segment: int, payload: Any) -> Any:
+    def run(self, stage: Stage, segment: int, payload: Any) -> Any:
         for there, steps in self._routes[stage, segment]:
             payload = self._run_there(steps, payload) if there else self._program.run_steps(steps, payload)
         return payload
