@@ -153,7 +153,7 @@ class DeviceEngine:
             self._thread.join(2.0)  # the inner engine is closed: the device thread is ending
 
 
-def _unwrap(unit: Outputs | BaseException | None) -> tuple[Outputs, int] | None:
-    if isinstance(unit, BaseException):
-        raise unit
-    return None if unit is None else (unit, 0)
+def _unwrap(item: Outputs | BaseException | None) -> tuple[Outputs, int] | None:
+    if isinstance(item, BaseException):
+        raise item
+    return None if item is None else (item, 0)

@@ -1,4 +1,4 @@
-"""`worker_count=0`: the whole pipeline in the caller's thread, one unit at a time.
+"""`worker_count=0`: the whole pipeline in the caller's thread, one `Outputs` at a time.
 
 This is the debug mode: no worker thread, no event loop thread, the user's
 code on the caller's stack, and a cost close to a plain loop. The pipeline is
@@ -33,29 +33,29 @@ Steps = Generator[Any, Any, None]
 
 
 def inline_steps(program: Program, position: Position, prefetch_buffer_size: int) -> Steps:
-    """The pipeline's outputs one unit at a time, yielding `Await`s for async segments."""
+    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments."""
     batch = program.operations.batch
-    unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
-    planner = ChunkPlanner(position, program.sampler.length, unit, prefetch_buffer_size)
+    multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+    planner = ChunkPlanner(position, program.sampler.length, multiple, prefetch_buffer_size)
     tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
     while (job := planner.next_job()) is not None:
         result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds)
-        units: list[Outputs] = []
+        ready: list[Outputs] = []
         if tail is None:
-            units.append(result)
+            ready.append(result)
         else:
             for batch_job in tail.push(result):
-                units.append((yield from _run_stage(program, Stage.BATCHES, batch_job))[0])
+                ready.append((yield from _run_stage(program, Stage.BATCHES, batch_job))[0])
         # Hold no reference to what the consumer has while the next chunk is
-        # made, so that one unit at a time is alive.
+        # made, so that one `Outputs` at a time is alive.
         del result
-        while units:
-            unit_outputs: Outputs = units.pop(0)
-            yield unit_outputs
-            if unit_outputs.failure is not None:
+        while ready:
+            outputs: Outputs = ready.pop(0)
+            yield outputs
+            if outputs.failure is not None:
                 return
-            del unit_outputs
+            del outputs
     for batch_job in tail.finish() if tail is not None else ():
         yield (yield from _run_stage(program, Stage.BATCHES, batch_job))[0]
 

@@ -7,8 +7,8 @@
 * `InlineEngine` / `AsyncInlineEngine`: `worker_count=0`, the pipeline run by
   the consumer itself as it asks.
 
-Each gives units of outputs with their window weight (`next`/`anext`), takes
-the weight back when the consumer is done with a unit (`release`), and stops
+Each gives `Outputs` with their window weight (`next`/`anext`), takes
+the weight back when the consumer is done with them (`release`), and stops
 everything it started (`close`/`aclose`).
 """
 

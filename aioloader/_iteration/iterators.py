@@ -1,15 +1,16 @@
 """The two faces of a loader: `DataLoaderIterator` (for) and `AsyncDataLoaderIterator` (async for).
 
 They mirror each other name for name (`close`/`aclose`, `__next__`/`__anext__`)
-over one shared core, `_Cursor`, which holds the unit of outputs being
-delivered and knows the position just past the last output delivered:
-`get_state()` is that position.
+over one shared core, `_Cursor`, which holds the `Outputs` being delivered
+and knows the position just past the last output delivered: `get_state()`
+is that position.
 
-Outputs are delivered by a plain list iterator over the current unit, so the
-cost per output is C's, not a Python method's: the sync iterator is an
-`itertools.chain` over the units (its `__next__` is chain's), and the async
-one calls `next()` on the unit's iterator. How far into the unit the consumer
-is comes from the list iterator's length hint.
+Outputs are delivered by a plain list iterator over the current `Outputs`'
+items, so the cost per output is C's, not a Python method's: the sync
+iterator is an `itertools.chain` over those iterators (its `__next__` is
+chain's), and the async one calls `next()` on the current one. How far into
+the current `Outputs` the consumer is comes from the list iterator's length
+hint.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ _EMPTY: list[Any] = []
 
 
 class _Cursor:
-    """The unit of outputs being delivered, where the consumer is, and the engine."""
+    """The `Outputs` being delivered, where the consumer is, and the engine."""
 
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
@@ -57,7 +58,7 @@ class _Cursor:
         return self.after[delivered - 1] if delivered else self.base
 
     def load(self, outputs: Outputs, weight: int) -> Iterator[Any]:
-        """Make `outputs` the current unit (after `finish_unit`); return its iterator."""
+        """Make `outputs` the current ones (after `finish_outputs`); return their iterator."""
         self.items, self.after, self.failure, self.weight = (
             outputs.items,
             outputs.after,
@@ -67,13 +68,13 @@ class _Cursor:
         self.current = iter(self.items)
         return self.current
 
-    def finish_unit(self) -> int:
-        """Let go of the current unit, all delivered; return its weight, to release.
+    def finish_outputs(self) -> int:
+        """Let go of the current `Outputs`, all delivered; return their weight, to release.
 
-        The consumer holds every output of it now, so it no longer counts as
-        read ahead: releasing it before waiting for the next unit is what lets
-        a window of one unit make progress, and dropping our references keeps
-        two units from being alive at once.
+        The consumer holds every one of them now, so they no longer count as
+        read ahead: releasing them before waiting for the next `Outputs` is
+        what lets a window of one job make progress, and dropping our
+        references keeps two `Outputs` from being alive at once.
         """
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
@@ -85,12 +86,12 @@ class _Cursor:
         return None if failure is None else failure.error
 
     def stop(self) -> None:
-        """Deliver nothing more: empty the current unit in place (its iterator
+        """Deliver nothing more: empty the current `Outputs` in place (their iterator
         stops with it), and close the engine."""
         self.closed = True
         self.base = self.position()
         self.items.clear()
-        self.finish_unit()
+        self.finish_outputs()
         self.holder.close()
 
     def get_state(self) -> dict[str, Any]:
@@ -118,7 +119,7 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
 
     def __new__(cls, loader: DataLoader) -> DataLoaderIterator:
         cursor = _Cursor(loader)
-        self = cast(DataLoaderIterator, cls.from_iterable(_units(cursor)))  # an instance of `cls`
+        self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
         self._cursor = cursor
         weakref.finalize(self, EngineHolder.close, cursor.holder)
         return self
@@ -156,10 +157,10 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
         self.close()
 
 
-def _units(cursor: _Cursor) -> Iterator[Iterator[Any]]:
-    """The iterators of the units of outputs, in order, for `chain.from_iterable`.
+def _each_outputs(cursor: _Cursor) -> Iterator[Iterator[Any]]:
+    """An iterator over the items of each `Outputs`, in order, for `chain.from_iterable`.
 
-    A failure is raised once its unit's outputs have all been delivered.
+    A failure is raised once the items of its `Outputs` have all been delivered.
     """
     while True:
         error = cursor.take_failure()
@@ -171,7 +172,7 @@ def _units(cursor: _Cursor) -> Iterator[Iterator[Any]]:
         if cursor.holder.engine is None:
             cursor.holder.engine = sync_engine(cursor.loader, cursor.position())
         engine: SyncEngine = cursor.holder.engine
-        engine.release(cursor.finish_unit())
+        engine.release(cursor.finish_outputs())
         try:
             found = engine.next()
         except BaseException:
@@ -180,9 +181,9 @@ def _units(cursor: _Cursor) -> Iterator[Iterator[Any]]:
         if found is None:
             cursor.stop()
             return
-        unit = cursor.load(*found)
-        del found, engine  # while suspended, this frame must hold nothing but the unit's iterator
-        yield unit
+        items = cursor.load(*found)
+        del found, engine  # while suspended, this frame must hold nothing but the items' iterator
+        yield items
 
 
 class AsyncDataLoaderIterator:
@@ -217,7 +218,7 @@ class AsyncDataLoaderIterator:
             if cursor.holder.engine is None:
                 cursor.holder.engine = async_engine(cursor.loader, cursor.position())
             engine: AsyncEngine = cursor.holder.engine
-            engine.release(cursor.finish_unit())
+            engine.release(cursor.finish_outputs())
             try:
                 found = await engine.anext()
             except BaseException:

@@ -1,4 +1,4 @@
-"""The compiled pipeline: what to do with one unit of work, in steps.
+"""The compiled pipeline: what a worker does with one chunk of records (or one batch job), in steps.
 
 A `Program` turns the user's source, sampler and operations into a plan made
 of *segments*: runs of synchronous steps that a worker executes in one go,

@@ -22,14 +22,15 @@ FIRST_CHUNK_RECORDS = 1
 class ChunkPlanner:
     """Cuts the sampler's indices from a position into `ChunkJob`s.
 
-    `unit` is the batch size when chunks must hold whole batches (else 1);
+    `multiple` is the batch size when chunks must hold whole batches (else 1):
+    every chunk but the sampler's last holds a multiple of it;
     `max_records` caps a chunk so that several fit in the prefetch window.
     """
 
-    def __init__(self, position: Position, length: int | None, unit: int, max_records: int) -> None:
+    def __init__(self, position: Position, length: int | None, multiple: int, max_records: int) -> None:
         self._next, self._skip, self._skip_outputs = position
-        self._length, self._unit = length, unit
-        self._max = max(unit, max_records // unit * unit)
+        self._length, self._multiple = length, multiple
+        self._max = max(multiple, max_records // multiple * multiple)
         self._seconds_per_record: float | None = None
 
     def observe(self, records: int, seconds: float) -> None:
@@ -41,13 +42,13 @@ class ChunkPlanner:
         self._seconds_per_record = sample if previous is None else 0.7 * previous + 0.3 * sample
 
     def next_size(self) -> int:
-        """How many records the next chunk should hold (a multiple of `unit`)."""
+        """How many records the next chunk should hold (a multiple of `multiple`)."""
         if self._seconds_per_record is None:
             wanted = FIRST_CHUNK_RECORDS
         else:
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
-        units = max(1, -(-wanted // self._unit))
-        return min(units * self._unit, self._max)
+        multiples = max(1, -(-wanted // self._multiple))
+        return min(multiples * self._multiple, self._max)
 
     def peek(self) -> int:
         """How many records the next chunk will hold; 0 once the sampler is exhausted."""

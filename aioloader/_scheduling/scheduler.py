@@ -74,9 +74,9 @@ class Scheduler:
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
         batch, capacity = program.operations.batch, read_options.prefetch_buffer_size
-        unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+        multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
         # Several chunks per worker must fit in the window, or workers starve.
-        self._planner = ChunkPlanner(position, program.sampler.length, unit, capacity // (workers + 1))
+        self._planner = ChunkPlanner(position, program.sampler.length, multiple, capacity // (workers + 1))
         self.records = _Stage(Stage.RECORDS, Window(capacity))
         self.batches: _Stage | None = None  # the tail plan's second stage
         self._tail: TailBatcher | None = None
