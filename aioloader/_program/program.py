@@ -17,8 +17,9 @@ There are three plans, chosen from the operations:
   and the `BATCHES` stage (on the workers again) stacks them and runs the
   operations after `Batch`.
 
-Steps are named, not closures, so that another interpreter can run them on
-its own copy of the program.
+Steps are named (`Step`), not closures, so that another interpreter can run
+them on its own copy of the program; the tables at the end of this module
+say which method runs each.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import asyncio
 import copy
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, aread, read
+from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.sampler import IndexSampler
 from aioloader._sources.protocols import is_async_source
 
@@ -116,14 +118,11 @@ class Outputs:
     failure: Failure | None
 
 
-Step = tuple[str, int]
-
-
 @dataclass(frozen=True)
 class Segment:
     """Steps run together: on a worker (`on_loop=False`) or awaited on the loop."""
 
-    steps: tuple[Step, ...]
+    steps: tuple[StepCall, ...]
     on_loop: bool
 
 
@@ -155,20 +154,20 @@ class Program:
         """Run one synchronous segment on `payload` (called on a worker)."""
         return self.run_steps(self.segments[stage][segment].steps, payload)
 
-    def run_steps(self, steps: Sequence[Step], payload: Any) -> Any:
+    def run_steps(self, steps: Sequence[StepCall], payload: Any) -> Any:
         """Run synchronous `steps` in order on `payload`: a segment, or the part of
         one that an executor keeps in this interpreter."""
-        for name, arg in steps:
-            payload = getattr(self, f"_step_{name}")(arg, payload)
+        for step, arg in steps:
+            payload = _SYNC_STEPS[step](self, arg, payload)
         return payload
 
     async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Await one asynchronous segment on `payload` (called on the loop)."""
-        for name, arg in self.segments[stage][segment].steps:
-            payload = await getattr(self, f"_astep_{name}")(arg, payload)
+        for step, arg in self.segments[stage][segment].steps:
+            payload = await _ASYNC_STEPS[step](self, arg, payload)
         return payload
 
-    # Synchronous steps: (arg, payload) -> payload.
+    # Synchronous steps: (arg, payload) -> payload (see `_SYNC_STEPS`).
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
         keys = self.sampler.record_keys(job.start, job.start + job.count)
@@ -245,7 +244,7 @@ class Program:
         run.drop_first_outputs()
         return Outputs(run.items, run.positions_after(), run.failure)
 
-    # Asynchronous steps, awaited on the loop.
+    # Asynchronous steps, awaited on the loop (see `_ASYNC_STEPS`).
 
     def _read_limit(self) -> asyncio.Semaphore:
         if self._limit is None:
@@ -271,34 +270,49 @@ def _choose_plan(operations: Operations) -> Plan:
     return Plan.FUSED if all(op.one_to_one for op in operations.before) else Plan.TAIL
 
 
-def _op_steps(ops: list[Op], name: str) -> list[tuple[Step, bool]]:
-    return [
-        ((("a" + name) if op.kind is Kind.ASYNC_MAP else name, i), op.kind is Kind.ASYNC_MAP)
-        for i, op in enumerate(ops)
-    ]
+def _op_steps(ops: list[Op], step: Step, awaited: Step) -> list[StepCall]:
+    return [(awaited if op.kind is Kind.ASYNC_MAP else step, i) for i, op in enumerate(ops)]
 
 
 def _segments(plan: Plan, operations: Operations, async_source: bool) -> dict[Stage, list[Segment]]:
     """Group each stage's steps into segments (see `Segment`)."""
-    first: list[tuple[Step, bool]] = [
-        (("keys", 0), False),
-        (("aread", 0), True) if async_source else (("read", 0), False),
-    ]
-    first += _op_steps(operations.before, "before")
+    first: list[StepCall] = [(Step.KEYS, 0), (Step.AREAD if async_source else Step.READ, 0)]
+    first += _op_steps(operations.before, Step.BEFORE, Step.ABEFORE)
     if plan is Plan.RECORDS:
-        return {Stage.RECORDS: _group([*first, (("records_out", 0), False)])}
-    after = _op_steps(operations.after, "after")
+        return {Stage.RECORDS: _group([*first, (Step.RECORDS_OUT, 0)])}
+    after = _op_steps(operations.after, Step.AFTER, Step.AAFTER)
     if plan is Plan.FUSED:
-        return {Stage.RECORDS: _group([*first, (("fuse", 0), False), *after, (("batches_out", 0), False)])}
-    second = [(("batch", 0), False), *after, (("batches_out", 0), False)]
-    return {Stage.RECORDS: _group([*first, (("elements_out", 0), False)]), Stage.BATCHES: _group(second)}
+        return {Stage.RECORDS: _group([*first, (Step.FUSE, 0), *after, (Step.BATCHES_OUT, 0)])}
+    second = [(Step.BATCH, 0), *after, (Step.BATCHES_OUT, 0)]
+    return {Stage.RECORDS: _group([*first, (Step.ELEMENTS_OUT, 0)]), Stage.BATCHES: _group(second)}
 
 
-def _group(steps: list[tuple[Step, bool]]) -> list[Segment]:
+def _group(calls: list[StepCall]) -> list[Segment]:
+    """Consecutive synchronous steps make one segment; each awaited step is a segment of its own."""
     segments: list[Segment] = []
-    for step, on_loop in steps:
-        if segments and segments[-1].on_loop == on_loop and not on_loop:
-            segments[-1] = Segment((*segments[-1].steps, step), on_loop)
+    for call in calls:
+        on_loop = call[0].on_loop
+        if segments and not on_loop and not segments[-1].on_loop:
+            segments[-1] = Segment((*segments[-1].steps, call), on_loop)
         else:
-            segments.append(Segment((step,), on_loop))
+            segments.append(Segment((call,), on_loop))
     return segments
+
+
+# Which method runs each step: every step has exactly one, in one of the two tables.
+_SYNC_STEPS: dict[Step, Callable[[Program, int, Any], Any]] = {
+    Step.KEYS: Program._step_keys,
+    Step.READ: Program._step_read,
+    Step.BEFORE: Program._step_before,
+    Step.AFTER: Program._step_after,
+    Step.RECORDS_OUT: Program._step_records_out,
+    Step.ELEMENTS_OUT: Program._step_elements_out,
+    Step.FUSE: Program._step_fuse,
+    Step.BATCH: Program._step_batch,
+    Step.BATCHES_OUT: Program._step_batches_out,
+}
+_ASYNC_STEPS: dict[Step, Callable[[Program, int, Any], Awaitable[Any]]] = {
+    Step.AREAD: Program._astep_aread,
+    Step.ABEFORE: Program._astep_abefore,
+    Step.AAFTER: Program._astep_aafter,
+}
