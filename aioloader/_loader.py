@@ -12,6 +12,7 @@ from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.program import Program
+from aioloader._program.read_pool import ReadPool
 from aioloader._sampling.sampler import IndexSampler
 from aioloader._sources.protocols import check_source, describe_source
 
@@ -73,9 +74,11 @@ class DataLoader:
         """What identifies this pipeline's output (part of every state)."""
         return self._description
 
-    def program(self) -> Program:
-        """A fresh program for one iterator."""
-        return Program(self.data_source, self.sampler, self.operations, self.read_options.num_threads)
+    def program(self, read_pool: ReadPool | None = None) -> Program:
+        """A fresh program for one iterator, reading through `read_pool` if it is given."""
+        return Program(
+            self.data_source, self.sampler, self.operations, self.read_options.num_threads, read_pool
+        )
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(self)

@@ -24,7 +24,7 @@ from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.validation import require_int
 from aioloader._device.handoff import Handoff
-from aioloader._program.program import Outputs
+from aioloader._program.jobs import Outputs
 
 _names = itertools.count()
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioloader._common.positions import Position
-from aioloader._program.program import Outputs, Plan, Program, Stage
+from aioloader._program.jobs import Outputs
+from aioloader._program.program import Plan, Program, Stage
 from aioloader._scheduling.planner import ChunkPlanner
 from aioloader._scheduling.tail import TailBatcher
 

@@ -25,7 +25,7 @@ from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
-from aioloader._program.program import Outputs
+from aioloader._program.jobs import Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.scheduler import Scheduler
 
@@ -43,8 +43,8 @@ class ThreadedEngine:
     def __init__(
         self, loader: DataLoader, position: Position, loop: asyncio.AbstractEventLoop | None
     ) -> None:
-        program = loader.program()
-        self._read_pool = program.read_pool = ReadPool(loader.read_options.num_threads)
+        self._read_pool = ReadPool(loader.read_options.num_threads)
+        program = loader.program(self._read_pool)
         self.scheduler = Scheduler(program, position, loader.read_options, loader.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None

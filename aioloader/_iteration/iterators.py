@@ -27,7 +27,7 @@ from aioloader._common.positions import Position
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.engines import AsyncEngine, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.state import make_state, read_state
-from aioloader._program.program import Outputs
+from aioloader._program.jobs import Outputs
 
 if TYPE_CHECKING:
     from aioloader._loader import DataLoader

@@ -32,18 +32,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
-    Position,
     positions_after_elements,
     positions_before_elements,
 )
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
+from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, aread, read
 from aioloader._program.steps import Step, StepCall
@@ -71,53 +68,6 @@ class Stage(enum.Enum):
     BATCHES = "batches"
 
 
-@dataclass(slots=True)
-class ChunkJob:
-    """Stage-1 work: `count` sampler indices from `start`.
-
-    `skip` and `skip_outputs` are non-zero only for the first job after a
-    resume inside a record's or a batch's outputs.
-    """
-
-    start: int
-    count: int
-    skip: int = 0
-    skip_outputs: int = 0
-
-
-@dataclass(slots=True)
-class BatchJob:
-    """Stage-2 work (tail plan): batches cut by the ordered tail."""
-
-    plan: BatchPlan
-    skip_outputs: int = 0
-    failure: Failure | None = None
-
-
-@dataclass(slots=True)
-class Elements:
-    """Stage-1 result of the tail plan: elements with their positions."""
-
-    items: list[Any]
-    before: list[Position]
-    after: list[Position]
-    indices: list[int]
-    rngs: list[np.random.Generator | None]
-    failure: Failure | None
-
-
-@dataclass(slots=True)
-class Outputs:
-    """Consecutive outputs for the consumer; `after[j]` is the position just past `items[j]`.
-
-    `failure`, if any, is raised once every item has been delivered.
-    """
-
-    items: list[Any]
-    after: Sequence[Position]
-    failure: Failure | None
-
-
 @dataclass(frozen=True)
 class Segment:
     """Steps run together: on a worker (`on_loop=False`) or awaited on the loop."""
@@ -127,16 +77,28 @@ class Segment:
 
 
 class Program:
-    """The source, sampler and operations, and the segments of each stage (`segments[stage]`)."""
+    """The source, sampler and operations, and the segments of each stage (`segments[stage]`).
 
-    def __init__(self, source: Any, sampler: IndexSampler, operations: Operations, read_threads: int) -> None:
+    `read_threads` bounds the reads and `async def` maps awaited at once;
+    `read_pool`, given with worker threads, reads slow sources concurrently
+    (see `read_pool`); without it, every read is the worker's own.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        sampler: IndexSampler,
+        operations: Operations,
+        read_threads: int,
+        read_pool: ReadPool | None = None,
+    ) -> None:
         self.source, self.sampler, self.operations = source, sampler, operations
         self.seed = sampler.seed
         self.read_threads = read_threads
+        self.read_pool = read_pool
         self.plan = _choose_plan(operations)
         self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
-        self.read_pool: ReadPool | None = None  # set by engines with worker threads
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations and sampler, the same source.

@@ -13,7 +13,7 @@ generator from their index, and fused chunks always hold whole batches.
 from __future__ import annotations
 
 from aioloader._common.positions import Position
-from aioloader._program.program import ChunkJob
+from aioloader._program.jobs import ChunkJob
 
 TARGET_SECONDS = 0.001
 FIRST_CHUNK_RECORDS = 1

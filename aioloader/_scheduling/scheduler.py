@@ -25,7 +25,8 @@ from typing import Any, Protocol
 from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
-from aioloader._program.program import Outputs, Plan, Program, Stage
+from aioloader._program.jobs import Outputs
+from aioloader._program.program import Plan, Program, Stage
 from aioloader._scheduling.planner import ChunkPlanner
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.tail import TailBatcher

@@ -16,7 +16,7 @@ import numpy as np
 from aioloader._common.positions import Position
 from aioloader._operations.batching import BatchPlan
 from aioloader._operations.transforms import Batch
-from aioloader._program.program import BatchJob, Elements
+from aioloader._program.jobs import BatchJob, Elements
 
 
 class TailBatcher:
