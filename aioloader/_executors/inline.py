@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Generator, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ def _run_stage(program: Program, stage: Stage, payload: Any) -> Generator[Any, A
     return payload, seconds
 
 
-def run_inline(steps: Steps) -> Iterator[Outputs]:
+def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
     """The outputs of `steps`, awaiting its requests on a private event loop if it makes any."""
     runner: asyncio.Runner | None = None
     try:
@@ -102,7 +102,7 @@ def run_inline(steps: Steps) -> Iterator[Outputs]:
             runner.close()
 
 
-async def arun_inline(steps: Steps) -> AsyncIterator[Outputs]:
+async def arun_inline(steps: Steps) -> AsyncGenerator[Outputs, None]:
     """The outputs of `steps`, awaiting its requests on the running loop."""
     try:
         answer: Any = None

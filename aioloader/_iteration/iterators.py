@@ -20,28 +20,26 @@ import operator
 import weakref
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._iteration import interrupts as interrupts
-from aioloader._iteration.engines import AsyncEngine, EngineHolder, SyncEngine, async_engine, sync_engine
+from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
+from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import make_state, read_state
 from aioloader._program.jobs import Outputs
-
-if TYPE_CHECKING:
-    from aioloader._loader import DataLoader
 
 _EMPTY: list[Any] = []
 
 
-class _Cursor:
+class _Cursor(Generic[E]):
     """The `Outputs` being delivered, where the consumer is, and the engine."""
 
-    def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
+    def __init__(self, spec: LoaderSpec) -> None:
+        self.spec = spec
         self.closed = False
-        self.holder = EngineHolder()
+        self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
 
     def reset(self, position: Position) -> None:
@@ -95,11 +93,11 @@ class _Cursor:
         self.holder.close()
 
     def get_state(self) -> dict[str, Any]:
-        return make_state(self.position(), self.loader.describe())
+        return make_state(self.position(), self.spec.description)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        position = read_state(state, self.loader.describe())
-        length = self.loader.sampler.length
+        position = read_state(state, self.spec.description)
+        length = self.spec.length
         if length is not None and position[0] > length:
             raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
         self.stop()
@@ -107,7 +105,7 @@ class _Cursor:
         self.closed = False
 
 
-class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
+class DataLoaderIterator(itertools.chain[Any]):
     """Iterates a `DataLoader` in the caller's thread; see `DataLoader`.
 
     `get_state()` / `set_state()` checkpoint and resume it; `close()` stops
@@ -115,16 +113,16 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
     iterator does too).
     """
 
-    _cursor: _Cursor
+    _cursor: _Cursor[SyncEngine]
 
-    def __new__(cls, loader: DataLoader) -> DataLoaderIterator:
-        cursor = _Cursor(loader)
+    def __new__(cls, spec: LoaderSpec) -> DataLoaderIterator:
+        cursor: _Cursor[SyncEngine] = _Cursor(spec)
         self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
         self._cursor = cursor
         weakref.finalize(self, EngineHolder.close, cursor.holder)
         return self
 
-    def __init__(self, loader: DataLoader) -> None:
+    def __init__(self, spec: LoaderSpec) -> None:
         pass  # made in __new__: `chain.from_iterable` builds the instance
 
     def __iter__(self) -> DataLoaderIterator:
@@ -157,7 +155,7 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
         self.close()
 
 
-def _each_outputs(cursor: _Cursor) -> Iterator[Iterator[Any]]:
+def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
     """An iterator over the items of each `Outputs`, in order, for `chain.from_iterable`.
 
     A failure is raised once the items of its `Outputs` have all been delivered.
@@ -169,9 +167,9 @@ def _each_outputs(cursor: _Cursor) -> Iterator[Iterator[Any]]:
             raise error
         if cursor.closed:
             return
-        if cursor.holder.engine is None:
-            cursor.holder.engine = sync_engine(cursor.loader, cursor.position())
-        engine: SyncEngine = cursor.holder.engine
+        engine = cursor.holder.engine
+        if engine is None:
+            engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
         engine.release(cursor.finish_outputs())
         try:
             found = engine.next()
@@ -193,8 +191,8 @@ class AsyncDataLoaderIterator:
     while records are read and transformed.
     """
 
-    def __init__(self, loader: DataLoader) -> None:
-        self._cursor = _Cursor(loader)
+    def __init__(self, spec: LoaderSpec) -> None:
+        self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         weakref.finalize(self, EngineHolder.close, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
@@ -215,9 +213,9 @@ class AsyncDataLoaderIterator:
                 raise error
             if cursor.closed:
                 raise StopAsyncIteration
-            if cursor.holder.engine is None:
-                cursor.holder.engine = async_engine(cursor.loader, cursor.position())
-            engine: AsyncEngine = cursor.holder.engine
+            engine = cursor.holder.engine
+            if engine is None:
+                engine = cursor.holder.engine = async_engine(cursor.spec, cursor.position())
             engine.release(cursor.finish_outputs())
             try:
                 found = await engine.anext()
