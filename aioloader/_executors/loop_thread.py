@@ -14,7 +14,8 @@ import contextlib
 import itertools
 import threading
 
-from aioloader._scheduling.scheduler import Scheduler, Work
+from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import Place, Work
 
 _names = itertools.count()
 
@@ -39,11 +40,9 @@ class AsyncSegments:
     async def _run(self, work: Work) -> None:
         program, scheduler = self._scheduler.program, self._scheduler
         try:
-            segments = program.segments[work.stage]
-            while work.segment < len(segments) and segments[work.segment].on_loop:
-                work.payload = await program.arun_segment(work.stage, work.segment, work.payload)
-                work.segment += 1
-            scheduler.resume(work)
+            while work.place(program) is Place.LOOP:
+                await work.await_segment(program)
+            scheduler.advance(work)
         except asyncio.CancelledError:
             raise
         except BaseException as error:

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from aioloader._program.program import Stage
 from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import SegmentRunner
 
-SegmentRunner = Callable[[Stage, int, Any], Any]  # (stage, segment, payload) -> payload
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 
@@ -42,14 +41,11 @@ class WorkerThreads:
         try:
             with self._make_runner() as run:
                 while (work := scheduler.next_work()) is not None:
-                    # CPU time, not wall time, sizes the chunks: time spent waiting
-                    # (for reads in the read pool, for the GIL) is not work.
-                    started = time.thread_time()
-                    payload = run(work.stage, work.segment, work.payload)
-                    scheduler.advance(work, payload, time.thread_time() - started)
+                    work.run_segment(run)
+                    scheduler.advance(work)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
-                    del work, payload
+                    del work
         except BaseException as error:
             scheduler.fail(error)
 

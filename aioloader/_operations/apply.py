@@ -53,6 +53,21 @@ class Run(abc.ABC):
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         """A failure of `what` on `origin`, with the record (or batch) named in the message."""
 
+    def drop_leading(self, count: int) -> None:
+        """Drop the first `count` elements, or fewer if the first origin gave fewer.
+
+        Resuming inside a record's elements (a flat-map) or inside a batch's
+        outputs: what the checkpoint's position says was delivered already.
+        """
+        if count == 0:
+            return
+        origins = self.origin_list()
+        drop = 0
+        while drop < count and drop < len(origins) and origins[drop] == 0:
+            drop += 1
+        del self.items[:drop]
+        self.origins = origins[drop:]
+
     def fail(self, j: int, error: BaseException, what: str) -> None:
         """Keep the elements before `j` and record `error` on element `j`."""
         origin = j if self.origins is None else self.origins[j]

@@ -54,6 +54,24 @@ class Elements:
     rngs: list[np.random.Generator | None]
     failure: Failure | None
 
+    def columns(self) -> tuple[list[Any], ...]:
+        """The per-element lists, in one order, to extend or cut them together."""
+        return (self.items, self.before, self.after, self.indices, self.rngs)
+
+    # `ElementColumns`, for `BatchPlan.cut`.
+
+    def position_before(self, j: int) -> Position:
+        return self.before[j]
+
+    def position_after(self, j: int) -> Position:
+        return self.after[j]
+
+    def record_index(self, j: int) -> int:
+        return self.indices[j]
+
+    def record_rng(self, j: int) -> np.random.Generator | None:
+        return self.rngs[j]
+
 
 @dataclass(slots=True)
 class Outputs:

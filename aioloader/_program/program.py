@@ -42,7 +42,7 @@ from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
-from aioloader._program.records import RecordChunk, aread, read
+from aioloader._program.records import RecordChunk, WholeRecords, aread, read
 from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.sampler import IndexSampler
 from aioloader._sources.protocols import is_async_source
@@ -158,7 +158,7 @@ class Program:
         return run
 
     def _step_records_out(self, _: int, chunk: RecordChunk) -> Outputs:
-        chunk.drop_skipped()
+        chunk.drop_leading(chunk.skip)
         stop = chunk.start + len(chunk.keys)
         if chunk.origins is None:
             return Outputs(chunk.items, EvenPositions(chunk.start, 1, len(chunk.items), stop), chunk.failure)
@@ -167,7 +167,7 @@ class Program:
         )
 
     def _step_elements_out(self, _: int, chunk: RecordChunk) -> Elements:
-        chunk.drop_skipped()
+        chunk.drop_leading(chunk.skip)
         origins = chunk.origin_list()
         rngs = [None if chunk.rngs is None else chunk.rngs[o] for o in origins]
         return Elements(
@@ -182,20 +182,12 @@ class Program:
     def _step_fuse(self, _: int, chunk: RecordChunk) -> BatchRun:
         batch = self.operations.batch
         assert batch is not None
-        size, items, start = batch.batch_size, chunk.items, chunk.start
+        size, items = batch.batch_size, chunk.items
+        # A short batch only at the sampler's end: not before a failure, nor with drop_remainder.
         complete = len(items) if chunk.failure is None else len(items) // size * size
         if batch.drop_remainder:
             complete = len(items) // size * size
-        bounds = [(b, min(b + size, complete)) for b in range(0, complete, size)]
-        rngs = chunk.rngs
-        plan = BatchPlan(
-            groups=[items[b:e] for b, e in bounds],
-            before=[(start + b, 0, chunk.skip_outputs if b == 0 else 0) for b, _ in bounds],
-            after=[(start + e, 0, 0) for _, e in bounds],
-            first=[start + b for b, _ in bounds],
-            last=[start + e - 1 for _, e in bounds],
-            last_rng=[None if rngs is None else rngs[e - 1] for _, e in bounds],
-        )
+        plan = BatchPlan.cut(items, complete, size, WholeRecords(chunk), chunk.skip_outputs)
         return BatchRun(plan, batch, chunk.skip_outputs, chunk.failure)
 
     def _step_batch(self, _: int, job: BatchJob) -> BatchRun:
@@ -203,7 +195,7 @@ class Program:
         return BatchRun(job.plan, self.operations.batch, job.skip_outputs, job.failure)
 
     def _step_batches_out(self, _: int, run: BatchRun) -> Outputs:
-        run.drop_first_outputs()
+        run.drop_leading(run.skip_outputs)
         return Outputs(run.items, run.positions_after(), run.failure)
 
     # Asynchronous steps, awaited on the loop (see `_ASYNC_STEPS`).

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from aioloader._common.positions import Position
 from aioloader._program.jobs import ChunkJob
+from aioloader._program.program import Plan, Program
+from aioloader._scheduling.tail import TailBatcher
 
 TARGET_SECONDS = 0.001
 FIRST_CHUNK_RECORDS = 1
@@ -65,3 +67,19 @@ class ChunkPlanner:
         self._next += count
         self._skip = self._skip_outputs = 0
         return job
+
+
+def plan_chunks(
+    program: Program, position: Position, max_records: int
+) -> tuple[ChunkPlanner, TailBatcher | None]:
+    """How both drivers cut `program`'s work from `position`: its chunk planner, and its tail.
+
+    Fused chunks hold whole batches (their sizes are multiples of the batch
+    size); the tail plan cuts batches after the `RECORDS` stage, starting
+    with the `skip_outputs` of `position`.
+    """
+    batch = program.operations.batch
+    multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+    planner = ChunkPlanner(position, program.sampler.length, multiple, max_records)
+    tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
+    return planner, tail

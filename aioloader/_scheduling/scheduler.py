@@ -26,23 +26,11 @@ from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._program.jobs import Outputs
-from aioloader._program.program import Plan, Program, Stage
-from aioloader._scheduling.planner import ChunkPlanner
+from aioloader._program.program import Program, Stage
+from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
-from aioloader._scheduling.tail import TailBatcher
 from aioloader._scheduling.window import Window
-
-
-@dataclass(slots=True)
-class Work:
-    """One job on its way through a stage's segments."""
-
-    stage: Stage
-    seq: int
-    segment: int
-    payload: Any
-    weight: int
-    seconds: float = 0.0
+from aioloader._scheduling.work import Place, Work
 
 
 class AsyncRunner(Protocol):
@@ -74,16 +62,13 @@ class Scheduler:
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
-        batch, capacity = program.operations.batch, read_options.prefetch_buffer_size
-        multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+        capacity = read_options.prefetch_buffer_size
         # Several chunks per worker must fit in the window, or workers starve.
-        self._planner = ChunkPlanner(position, program.sampler.length, multiple, capacity // (workers + 1))
+        self._planner, self._tail = plan_chunks(program, position, capacity // (workers + 1))
         self.records = _Stage(Stage.RECORDS, Window(capacity))
         self.batches: _Stage | None = None  # the tail plan's second stage
-        self._tail: TailBatcher | None = None
-        if program.plan is Plan.TAIL and batch is not None:
-            self._tail = TailBatcher(batch, position[2])
-            self.batches = _Stage(Stage.BATCHES, Window(max(1, capacity // batch.batch_size)))
+        if self._tail is not None:
+            self.batches = _Stage(Stage.BATCHES, Window(max(1, capacity // self._tail.batch_size)))
         # The stage whose results the consumer takes.
         self._final = self.records if self.batches is None else self.batches
         self._resumable: deque[Work] = deque()
@@ -136,24 +121,20 @@ class Scheduler:
     def _issue_locked(self, stage: _Stage, job: Any, weight: int) -> Work:
         stage.window.take(weight)
         stage.issued += 1
-        return Work(stage.name, stage.issued - 1, 0, job, weight)
+        return Work(stage.name, stage.issued - 1, job, weight)
 
-    def advance(self, work: Work, payload: Any, seconds: float) -> None:
-        """Record that `work`'s current segment gave `payload` in `seconds`; schedule what is next."""
-        work.payload, work.seconds, work.segment = payload, work.seconds + seconds, work.segment + 1
-        self.resume(work)
-
-    def resume(self, work: Work) -> None:
-        """Send `work` on to its segment `work.segment`, or complete it if it has none left."""
-        segments = self.program.segments[work.stage]
-        if work.segment < len(segments) and segments[work.segment].on_loop:
+    def advance(self, work: Work) -> None:
+        """Send `work` on after its last segment ran (any thread): to the event loop,
+        back to the workers, or, with no segment left, to the ordered results."""
+        place = work.place(self.program)
+        if place is Place.LOOP:
             assert self._async_runner is not None, "a program with async segments needs an AsyncRunner"
             self._async_runner.submit(work)
             return
         with self._lock:
             if self._closed:
                 return  # nobody will take it: keep nothing
-            if work.segment < len(segments):
+            if place is Place.WORKER:
                 self._resumable.append(work)
                 self._work_ready.notify()
             else:

@@ -34,11 +34,12 @@ from typing import Any
 
 from aioloader._executors.interpreter.subinterpreters import Subinterpreter, SubinterpreterError, unavailable
 from aioloader._executors.interpreter.worker import PROTOCOL, failure_of, load, pickle_chunk, serve
-from aioloader._executors.threads import RunnerFactory, SegmentRunner
+from aioloader._executors.threads import RunnerFactory
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.program import Program, Stage
 from aioloader._program.records import RecordChunk
 from aioloader._program.steps import Step, StepCall
+from aioloader._scheduling.work import SegmentRunner
 from aioloader._sources.protocols import is_async_source
 
 # A source that pickles to more than this (an in-memory dataset) is read in the
