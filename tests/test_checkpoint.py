@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource
-from tests.pipelines import AddOne, Noise, assert_same_outputs, reference_outputs
+from tests.support.reference import AddOne, Noise, assert_same_outputs, reference_outputs
 
 NUM_RECORDS = 50
 

@@ -8,7 +8,8 @@ import pytest
 
 from aioloader import ReadOptions
 from tests.conftest import repeated
-from tests.pipelines import CASE_IDS, CASES, Case, assert_same_outputs, collect_async, expected
+from tests.support.outputs import collect_async
+from tests.support.reference import CASE_IDS, CASES, Case, assert_same_outputs, expected
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource  # noqa: E402
 from tests.conftest import repeated  # noqa: E402
-from tests.pipelines import ToDict, assert_same_outputs  # noqa: E402
+from tests.support.reference import ToDict, assert_same_outputs  # noqa: E402
 
 
 def host_and_device(workers: int, device_put: DevicePut | None, batch: int = 8, n: int = 64) -> DataLoader:

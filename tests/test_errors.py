@@ -10,8 +10,8 @@ import pytest
 
 from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, RangeDataSource
 from tests.conftest import repeated
-from tests.pipelines import drain, notes
-from tests.subinterpreter_ops import BrokenSource, FailOn
+from tests.support.outputs import drain, notes
+from tests.support.transforms import BrokenSource, FailOn
 
 
 class AsyncBrokenSource(BrokenSource):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aioloader import AsyncDataSource, DataLoader, FilesDataSource, IndexSampler, ReadOptions
-from tests.pipelines import collect_async
+from tests.support.outputs import collect_async
 
 
 @pytest.fixture(scope="module")

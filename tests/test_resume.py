@@ -10,15 +10,8 @@ import pytest
 
 from aioloader import Batch, DataLoader, IndexSampler, RangeDataSource, SequentialSampler
 from tests.conftest import repeated
-from tests.pipelines import (
-    CASE_IDS,
-    CASES,
-    AddOne,
-    Case,
-    assert_same_outputs,
-    expected,
-    states_at_every_output,
-)
+from tests.support.outputs import states_at_every_output
+from tests.support.reference import CASE_IDS, CASES, AddOne, Case, assert_same_outputs, expected
 
 WORKER_PAIRS = [(0, 0), (0, 3), (2, 0), (1, 2), (3, 8)]
 

@@ -1,4 +1,4 @@
-"""Pipelines the contract tests share, and an independent reference evaluator.
+"""The pipelines the contract tests share, and an independent reference evaluator.
 
 The transforms live at module level so that they can be copied per thread
 and pickled for other interpreters. `reference_outputs` evaluates a pipeline
@@ -178,33 +178,3 @@ def assert_same_outputs(actual: Sequence[Any], wanted: Sequence[Any]) -> None:
     assert len(actual) == len(wanted), f"{len(actual)} outputs, expected {len(wanted)}"
     for i, (a, b) in enumerate(zip(actual, wanted, strict=True)):
         assert canonical(a) == canonical(b), f"output {i} differs: {a!r} != {b!r}"
-
-
-async def collect_async(loader: DataLoader) -> list[Any]:
-    """Every output of `async for` over `loader`."""
-    return [x async for x in loader]
-
-
-def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    """Every output before the error, and the error."""
-    got: list[Any] = []
-    try:
-        for item in loader:
-            got.append(item)
-    except Exception as error:
-        return got, error
-    raise AssertionError(f"no error after {len(got)} outputs")
-
-
-def notes(error: BaseException) -> str:
-    return "\n".join(getattr(error, "__notes__", []))
-
-
-def states_at_every_output(loader: DataLoader, count: int) -> list[dict[str, Any]]:
-    """The iterator's state before its first output and after each of `count` outputs."""
-    with iter(loader) as iterator:
-        states = [iterator.get_state()]
-        for _ in range(count):
-            next(iterator)
-            states.append(iterator.get_state())
-    return states
