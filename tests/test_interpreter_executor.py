@@ -175,8 +175,9 @@ def test_sync_output_matches_the_reference(case: Case, workers: int) -> None:
 
 @needs_subinterpreters
 @pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
-def test_async_output_matches_the_reference(case: Case) -> None:
-    assert_same_outputs(asyncio.run(collect_async(case.loader(2, executor="interpreter"))), expected(case))
+@pytest.mark.asyncio
+async def test_async_output_matches_the_reference(case: Case) -> None:
+    assert_same_outputs(await collect_async(case.loader(2, executor="interpreter")), expected(case))
 
 
 @needs_subinterpreters

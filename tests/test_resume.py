@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -49,21 +48,18 @@ def test_resume_at_every_output(case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_async_resume(case: Case) -> None:
+@pytest.mark.asyncio
+async def test_async_resume(case: Case) -> None:
     wanted = expected(case)
     cut = len(wanted) // 2
-
-    async def run() -> list[Any]:
-        first = aiter(case.loader(3))
-        head = [await anext(first) for _ in range(cut)]
-        state = first.get_state()
-        await first.aclose()
-        second = aiter(case.loader(1))
-        second.set_state(state)
-        async with second:
-            return head + [x async for x in second]
-
-    assert_same_outputs(asyncio.run(run()), wanted)
+    first = aiter(case.loader(3))
+    head = [await anext(first) for _ in range(cut)]
+    state = first.get_state()
+    await first.aclose()
+    second = aiter(case.loader(1))
+    second.set_state(state)
+    async with second:
+        assert_same_outputs(head + [x async for x in second], wanted)
 
 
 @repeated
