@@ -88,12 +88,16 @@ class Scheduler:
 
     # The workers' side.
 
-    def next_work(self) -> Work | None:
-        """The next piece of work for a worker (blocking); None once the pipeline is closed."""
+    def next_work(self, wait: bool = True) -> Work | None:
+        """The next piece of work for a worker; None once the scheduler is closed.
+
+        Waits for work unless `wait` is false: then None also means that no
+        work may start now (a driver that polls, or a test driving by hand).
+        """
         with self._lock:
             while not self._closed:
                 work = self._resumable.popleft() if self._resumable else self._new_work_locked()
-                if work is not None:
+                if work is not None or not wait:
                     return work
                 self._work_ready.wait()
             return None
@@ -193,6 +197,11 @@ class Scheduler:
             while not self._answerable_locked():
                 self._result_ready.wait()
             return self._answer_locked()
+
+    def has_answer(self) -> bool:
+        """True when `get` would return at once: the next outputs in order, the end, or an error."""
+        with self._lock:
+            return self._answerable_locked()
 
     async def aget(self) -> tuple[Outputs, int] | None:
         """`get` for a consumer on an event loop: waits without blocking the loop."""
