@@ -130,3 +130,47 @@ def test_malformed_states_are_rejected(mutate: Any, message: str) -> None:
     state = iter(loader).get_state()
     with pytest.raises(ValueError, match=message):
         iter(loader).set_state(mutate(state))
+
+
+# States exactly as get_state() wrote them before the package moved into
+# subpackages (main at 0fa32dd), each after `delivered` outputs of a shared case.
+# A state names no module, so they must restore unchanged.
+SAVED_BEFORE_THE_LAYOUT = [
+    (
+        "ops-after-batch",
+        7,
+        '{"version":1,"position":{"index":18,"skip_elements":0,"skip_outputs":1},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":47,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":47},'
+        '"operations":["map","batch(6,False)","random_map","flat_map","map"]}}',
+    ),
+    (
+        "flatmap-batch",
+        3,
+        '{"version":1,"position":{"index":6,"skip_elements":2,"skip_outputs":0},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":41,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":41},'
+        '"operations":["flat_map","random_map","batch(4,False)"]}}',
+    ),
+    (
+        "records",
+        17,
+        '{"version":1,"position":{"index":17,"skip_elements":0,"skip_outputs":0},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":53,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":53},'
+        '"operations":["map","random_map","map"]}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "delivered", "saved"), SAVED_BEFORE_THE_LAYOUT, ids=[s[0] for s in SAVED_BEFORE_THE_LAYOUT]
+)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_before_the_layout_change_restores(
+    name: str, delivered: int, saved: str, workers: int
+) -> None:
+    case = next(case for case in CASES if case.name == name)
+    with iter(case.loader(workers)) as iterator:
+        iterator.set_state(json.loads(saved))
+        assert_same_outputs(list(iterator), expected(case)[delivered:])
