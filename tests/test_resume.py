@@ -74,6 +74,48 @@ def test_set_state_while_running_restarts_there(repeat: int) -> None:
         assert_same_outputs(list(iterator), wanted[3:])
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_state_opens_a_closed_iterator_again(workers: int) -> None:
+    case = CASES[1]
+    wanted = expected(case)
+    with iter(case.loader(workers)) as iterator:
+        take(iterator, 5)
+        state = iterator.get_state()
+        iterator.close()
+        iterator.set_state(state)
+        assert_same_outputs(list(iterator), wanted[5:])
+
+
+@pytest.mark.parametrize("how", ["end", "asked-after-close"])
+def test_set_state_on_a_sync_iterator_that_ended_says_to_make_a_new_one(how: str) -> None:
+    case = CASES[1]
+    with iter(case.loader(2)) as iterator:
+        state = iterator.get_state()
+        if how == "end":
+            list(iterator)
+        else:
+            iterator.close()
+            assert list(iterator) == []
+        with pytest.raises(ValueError, match=r"cannot restart this DataLoaderIterator.*iter\(loader\)"):
+            iterator.set_state(state)
+    with iter(case.loader(2)) as fresh:
+        fresh.set_state(state)
+        assert_same_outputs(list(fresh), expected(case))
+
+
+@pytest.mark.asyncio
+async def test_set_state_opens_a_closed_async_iterator_again() -> None:
+    case = CASES[1]
+    wanted = expected(case)
+    iterator = aiter(case.loader(2))
+    head = [await anext(iterator) for _ in range(5)]
+    await iterator.aclose()
+    assert [x async for x in iterator] == []
+    iterator.set_state(iterator.get_state())
+    async with iterator:
+        assert_same_outputs(head + [x async for x in iterator], wanted)
+
+
 def test_state_is_small_json_whatever_the_dataset_size() -> None:
     loader = DataLoader(
         data_source=RangeDataSource(0, 10**9),

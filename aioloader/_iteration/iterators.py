@@ -39,6 +39,7 @@ class _Cursor(Generic[E]):
     def __init__(self, spec: LoaderSpec) -> None:
         self.spec = spec
         self.closed = False
+        self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
 
@@ -108,9 +109,13 @@ class _Cursor(Generic[E]):
 class DataLoaderIterator(itertools.chain[Any]):
     """Iterates a `DataLoader` in the caller's thread; see `DataLoader`.
 
-    `get_state()` / `set_state()` checkpoint and resume it; `close()` stops
-    and joins every thread it started (leaving the loop early or dropping the
-    iterator does too).
+    `next()` blocks the calling thread until the next output is ready (with
+    `worker_count=0`, it computes it there). It raises the user's exception
+    from a read or a transform once every output before it was delivered,
+    with a note naming the record, and then the iterator is closed; it raises
+    StopIteration at the end. `get_state()` / `set_state()` checkpoint and
+    resume it; `close()` stops and joins every thread it started (leaving the
+    loop early or dropping the iterator does too).
     """
 
     _cursor: _Cursor[SyncEngine]
@@ -138,12 +143,27 @@ class DataLoaderIterator(itertools.chain[Any]):
         return self._cursor.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline."""
+        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+
+        What was read ahead is dropped and the pipeline restarts at the state's
+        position; a closed iterator is open again, as long as it has not
+        reported its end since (StopIteration or an error: an ended
+        `itertools.chain` cannot restart): that is a ValueError saying to
+        call `set_state` on a new iterator. A state from another pipeline is
+        a ValueError that names what differs.
+        """
+        if self._cursor.ended:
+            raise ValueError(
+                "`set_state` cannot restart this DataLoaderIterator: it has ended (at the end of "
+                "the data, after an error, or asked for more after close()); call set_state on a "
+                "new one, iter(loader)."
+            )
         self._cursor.set_state(state)
 
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
-        record it holds. Idempotent; `get_state()` still works afterwards."""
+        record it holds. Idempotent; `get_state()` still works afterwards, and
+        `set_state()` opens the iterator again."""
         self._cursor.stop()
 
     def __enter__(self) -> DataLoaderIterator:
@@ -160,28 +180,31 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
 
     A failure is raised once the items of its `Outputs` have all been delivered.
     """
-    while True:
-        error = cursor.take_failure()
-        if error is not None:
-            cursor.stop()
-            raise error
-        if cursor.closed:
-            return
-        engine = cursor.holder.engine
-        if engine is None:
-            engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
-        engine.release(cursor.finish_outputs())
-        try:
-            found = engine.next()
-        except BaseException:
-            cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
-            raise
-        if found is None:
-            cursor.stop()
-            return
-        items = cursor.load(*found)
-        del found, engine  # while suspended, this frame must hold nothing but the items' iterator
-        yield items
+    try:
+        while True:
+            error = cursor.take_failure()
+            if error is not None:
+                cursor.stop()
+                raise error
+            if cursor.closed:
+                return
+            engine = cursor.holder.engine
+            if engine is None:
+                engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
+            engine.release(cursor.finish_outputs())
+            try:
+                found = engine.next()
+            except BaseException:
+                cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
+                raise
+            if found is None:
+                cursor.stop()
+                return
+            items = cursor.load(*found)
+            del found, engine  # while suspended, this frame must hold nothing but the items' iterator
+            yield items
+    finally:
+        cursor.ended = True
 
 
 class AsyncDataLoaderIterator:
@@ -234,12 +257,18 @@ class AsyncDataLoaderIterator:
         return self._cursor.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline."""
+        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+
+        What was read ahead is dropped and the pipeline restarts at the state's
+        position; a closed iterator is open again. A state from another
+        pipeline is a ValueError that names what differs.
+        """
         self._cursor.set_state(state)
 
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go
-        of every record it holds. Idempotent; `get_state()` still works afterwards."""
+        of every record it holds. Idempotent; `get_state()` still works afterwards,
+        and `set_state()` opens the iterator again."""
         cursor = self._cursor
         engine, cursor.holder.engine = cursor.holder.engine, None
         cursor.stop()
