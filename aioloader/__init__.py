@@ -1,28 +1,22 @@
 """aioloader: a deterministic, resumable data loader for JAX on asyncio and threads.
 
-The pipeline, one private module per stage (see DESIGN.md and README.md):
+This file is the public API: everything a user imports comes from here, and
+`__all__` lists it, sorted. The rest of the package is private, one folder
+per part of the pipeline, each importing only the folders before it:
 
-    _sampler          IndexSampler / SequentialSampler: output position -> record key
-    _planner          chunks of sampler indices, sized to about a millisecond of work
-    _program          what a worker does with a chunk: read (_records), operations (_apply),
-                      batching (_batching)
-    _thread_executor  N worker threads, each with its own copy of the operations
-    _interpreter_executor  or N worker threads, each running the per-record work in its own
-                      subinterpreter (_subinterpreters, _interpreter_worker)
-    _reassembly       results back in sampler order, within a bounded window (_window)
-    _tail             batch boundaries after a filter or flat-map, cut in order
-    _pipeline         the stages above, assembled on one event loop
-    _loop_thread      the event loop thread behind `for batch in loader`
-    _iterators        the sync and async iterators and their checkpoint state (_state)
+    _common       the shared vocabulary: options, checks, failures, positions
+    _sampling     which record comes at each position (samplers, sharding)
+    _sources      the read: source protocols and storage formats (ArrayRecord, Parquet, files)
+    _operations   the user's transforms and batching, applied to a run of elements
+    _program      what a worker does with one chunk of records, step by step
+    _scheduling   chunks out, results back in order, within bounded windows
+    _executors    who runs the steps: worker threads, subinterpreters, or the caller (inline)
+    _device       the device stage: batches onto the accelerator ahead of the step
+    _iteration    the iterators behind `for` and `async for`, their engines and checkpoints
+    _loader       DataLoader, which checks its arguments and makes the iterators
 
-The data sources, one module each (_sources holds the protocols):
-
-    _arrayrecord      ArrayRecord files, through `array_record` or aioloader's own reader
-                      (_arrayrecord_file over _riegeli, _compression and _wire)
-    _parquet          Parquet rows by key, row groups cached within a memory bound (_cache)
-    _files            whole files as records, read with async I/O
-
-This file is the public API: everything a user imports comes from here.
+aioloader/README.md has the full tree, the life of one chunk from sampler
+index to `next()`, a glossary, and which thread runs what under which lock.
 """
 
 from aioloader._common.options import ReadOptions

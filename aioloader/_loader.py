@@ -1,7 +1,11 @@
-"""`DataLoader`: the public entry point that checks its arguments and makes iterators."""
+"""`DataLoader`: the public entry point that checks its arguments and makes iterators.
+
+What the iterators need of it is a frozen `LoaderSpec`, built here once.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +14,7 @@ from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
 from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.program import Program
 from aioloader._sampling.sampler import IndexSampler
@@ -63,25 +68,30 @@ class DataLoader:
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
         self.device_put = device_put
         self.read_options = read_options or ReadOptions()
-        self._description = {
-            "sampler": sampler.describe(),
-            "data_source": describe_source(data_source),
-            "operations": self.operations.describe(),
-        }
+        self._spec = self._make_spec()
 
-    def describe(self) -> dict[str, Any]:
-        """What identifies this pipeline's output (part of every state)."""
-        return self._description
-
-    def program(self) -> Program:
-        """A fresh program for one iterator."""
-        return Program(self.data_source, self.sampler, self.operations, self.read_options.num_threads)
+    def _make_spec(self) -> LoaderSpec:
+        return LoaderSpec(
+            program=functools.partial(
+                Program, self.data_source, self.sampler, self.operations, self.read_options.num_threads
+            ),
+            read_options=self.read_options,
+            worker_count=self.worker_count,
+            executor=self.executor,
+            device_put=self.device_put,
+            description={
+                "sampler": self.sampler.describe(),
+                "data_source": describe_source(self.data_source),
+                "operations": self.operations.describe(),
+            },
+            length=self.sampler.length,
+        )
 
     def __iter__(self) -> DataLoaderIterator:
-        return DataLoaderIterator(self)
+        return DataLoaderIterator(self._spec)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
-        return AsyncDataLoaderIterator(self)
+        return AsyncDataLoaderIterator(self._spec)
 
     def __repr__(self) -> str:
         return (

@@ -1,6 +1,6 @@
 """ArrayRecordDataSource: both readers, against files from the official writer.
 
-The files come from `array_record`'s own writer (see `tests/arrayrecord_files`):
+The files come from `array_record`'s own writer (see `tests/support/arrayrecord_files`):
 in this process where it imports (the GIL build), else in the interpreter
 that `AIOLOADER_GIL_PYTHON` names (`./dev test` sets it for the free-threaded
 session). Every test runs with the built-in reader, and with `array_record`'s
@@ -23,8 +23,8 @@ import pytest
 from aioloader import ArrayRecordDataSource, DataLoader, IndexSampler
 from aioloader._sources.arrayrecord import compression as compression
 from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
-from tests.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
 from tests.conftest import FREE_THREADED, repeated
+from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
 
 REPO = Path(__file__).resolve().parent.parent
 READERS = ["builtin", "array_record"] if array_record_installed() else ["builtin"]
@@ -38,7 +38,8 @@ def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_all(directory)
     elif os.environ.get("AIOLOADER_GIL_PYTHON"):
         env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
-        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", "tests.arrayrecord_files", str(directory)]
+        writer = "tests.support.arrayrecord_files"
+        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", writer, str(directory)]
         subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
     else:
         pytest.skip(

@@ -48,54 +48,48 @@ class RecordsThread(MapTransform):
 
 @repeated
 @pytest.mark.parametrize("workers", [1, 2])
-def test_other_tasks_run_while_transforms_execute(workers: int, repeat: int) -> None:
+@pytest.mark.asyncio
+async def test_other_tasks_run_while_transforms_execute(workers: int, repeat: int) -> None:
     ticked = threading.Event()
+    ticks: list[int] = []
 
-    async def ticker(ticks: list[int]) -> None:
+    async def ticker() -> None:
         while True:
             ticks.append(1)
             if len(ticks) >= 5:
                 ticked.set()
             await asyncio.sleep(0)
 
-    async def run() -> tuple[list[Any], int]:
-        ticks: list[int] = []
-        task = asyncio.create_task(ticker(ticks))
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 64),
-            sampler=IndexSampler(64, shuffle=True, seed=1),
-            operations=[WaitsForTheLoop(ticked), Batch(8)],
-            worker_count=workers,
-        )
-        batches = [batch async for batch in loader]
-        task.cancel()
-        return batches, len(ticks)
-
-    batches, ticks = asyncio.run(run())
+    task = asyncio.create_task(ticker())
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 64),
+        sampler=IndexSampler(64, shuffle=True, seed=1),
+        operations=[WaitsForTheLoop(ticked), Batch(8)],
+        worker_count=workers,
+    )
+    batches = [batch async for batch in loader]
+    task.cancel()
     assert sorted(x for b in batches for x in b.tolist()) == list(range(64))
-    assert ticks >= 5
+    assert len(ticks) >= 5
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
+@pytest.mark.asyncio
+async def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
     threads: set[int] = set()
-
-    async def run() -> int:
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 200),
-            sampler=IndexSampler(200),
-            operations=[RecordsThread(threads), Batch(10)],
-            worker_count=workers,
-        )
-        assert len([b async for b in loader]) == 20
-        return threading.get_ident()
-
-    loop_thread = asyncio.run(run())
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 200),
+        sampler=IndexSampler(200),
+        operations=[RecordsThread(threads), Batch(10)],
+        worker_count=workers,
+    )
+    assert len([b async for b in loader]) == 20
     assert threads
-    assert loop_thread not in threads
+    assert threading.get_ident() not in threads  # the loop's thread
 
 
-def test_async_def_maps_run_on_the_loop() -> None:
+@pytest.mark.asyncio
+async def test_async_def_maps_run_on_the_loop() -> None:
     seen: list[int] = []
 
     async def on_loop(element: int) -> int:
@@ -103,15 +97,12 @@ def test_async_def_maps_run_on_the_loop() -> None:
         await asyncio.sleep(0)
         return element * 2
 
-    async def run() -> tuple[list[int], int]:
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
-        )
-        return [x async for x in loader], threading.get_ident()
-
-    out, loop_thread = asyncio.run(run())
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
+    )
+    out = [x async for x in loader]
     assert out == [2 * x for x in range(30)]
-    assert set(seen) == {loop_thread}
+    assert set(seen) == {threading.get_ident()}  # the loop's thread
 
 
 def test_async_source_with_aget_many_is_used() -> None:
@@ -136,10 +127,8 @@ def test_async_source_with_aget_many_is_used() -> None:
     assert 1 <= source.calls < 100  # whole chunks, not records
 
 
-def test_iterators_are_async_context_managers() -> None:
-    async def run() -> list[int]:
-        loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
-        async with aiter(loader) as iterator:
-            return [x async for x in iterator]
-
-    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+@pytest.mark.asyncio
+async def test_iterators_are_async_context_managers() -> None:
+    loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
+    async with aiter(loader) as iterator:
+        assert [x async for x in iterator] == [0, 1, 2, 3, 4]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource
-from tests.pipelines import AddOne, Noise, assert_same_outputs, reference_outputs
+from tests.support.reference import AddOne, Noise, assert_same_outputs, reference_outputs
 
 NUM_RECORDS = 50
 
@@ -111,20 +111,19 @@ def test_restore_rewinds_a_running_iterator(tmp_path: Path) -> None:
     assert_same_outputs(tail, wanted()[3:])
 
 
-def test_async_iterator(tmp_path: Path) -> None:
-    async def run() -> list[Any]:
-        with ocp.CheckpointManager(tmp_path / "run") as manager:
-            async with aiter(make_loader(2)) as first:
-                for _ in range(4):
-                    await anext(first)
-                args = ocp.args.Composite(loader=CheckpointSave(first))
-                await asyncio.to_thread(manager.save, 4, args=args)
-                await asyncio.to_thread(manager.wait_until_finished)
-            async with aiter(make_loader(1)) as second:
-                manager.restore(4, args=ocp.args.Composite(loader=CheckpointRestore(second)))
-                return [b async for b in second]
-
-    assert_same_outputs(asyncio.run(run()), wanted()[4:])
+@pytest.mark.asyncio
+async def test_async_iterator(tmp_path: Path) -> None:
+    with ocp.CheckpointManager(tmp_path / "run") as manager:
+        async with aiter(make_loader(2)) as first:
+            for _ in range(4):
+                await anext(first)
+            args = ocp.args.Composite(loader=CheckpointSave(first))
+            await asyncio.to_thread(manager.save, 4, args=args)
+            await asyncio.to_thread(manager.wait_until_finished)
+        async with aiter(make_loader(1)) as second:
+            manager.restore(4, args=ocp.args.Composite(loader=CheckpointRestore(second)))
+            tail = [b async for b in second]
+    assert_same_outputs(tail, wanted()[4:])
 
 
 def saved_checkpoint(tmp_path: Path) -> Path:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from aioloader import ReadOptions
 from tests.conftest import repeated
-from tests.pipelines import CASE_IDS, CASES, Case, assert_same_outputs, collect_async, expected
+from tests.support.outputs import collect_async
+from tests.support.reference import CASE_IDS, CASES, Case, assert_same_outputs, expected
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -19,8 +18,9 @@ def test_sync_output_matches_the_reference(case: Case, workers: int) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("workers", [0, 1, 3])
-def test_async_output_matches_the_reference(case: Case, workers: int) -> None:
-    assert_same_outputs(asyncio.run(collect_async(case.loader(workers))), expected(case))
+@pytest.mark.asyncio
+async def test_async_output_matches_the_reference(case: Case, workers: int) -> None:
+    assert_same_outputs(await collect_async(case.loader(workers)), expected(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any, ClassVar
 
@@ -16,7 +15,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource  # noqa: E402
 from tests.conftest import repeated  # noqa: E402
-from tests.pipelines import ToDict, assert_same_outputs  # noqa: E402
+from tests.support.reference import ToDict, assert_same_outputs  # noqa: E402
 
 
 def host_and_device(workers: int, device_put: DevicePut | None, batch: int = 8, n: int = 64) -> DataLoader:
@@ -67,11 +66,10 @@ def test_sharded_batches_equal_the_host_batches_leaf_by_leaf(workers: int) -> No
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_async_for_with_device_put(workers: int) -> None:
-    async def run() -> list[Any]:
-        return [to_host(b) async for b in host_and_device(workers, DevicePut())]
-
-    assert_same_outputs(asyncio.run(run()), as_jax_would(list(host_and_device(0, None))))
+@pytest.mark.asyncio
+async def test_async_for_with_device_put(workers: int) -> None:
+    got = [to_host(b) async for b in host_and_device(workers, DevicePut())]
+    assert_same_outputs(got, as_jax_would(list(host_and_device(0, None))))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -122,13 +120,10 @@ def test_transfers_stay_at_most_buffer_size_ahead(buffer_size: int, repeat: int)
     assert worst <= buffer_size + 1
 
 
-def test_transfers_run_on_the_device_thread_not_the_loop() -> None:
+@pytest.mark.asyncio
+async def test_transfers_run_on_the_device_thread_not_the_loop() -> None:
     CountingDevicePut.threads = set()
-
-    async def run() -> int:
-        return len([b async for b in host_and_device(2, CountingDevicePut())])
-
-    assert asyncio.run(run()) == 8
+    assert len([b async for b in host_and_device(2, CountingDevicePut())]) == 8
     assert len(CountingDevicePut.threads) == 1
     assert next(iter(CountingDevicePut.threads)).startswith("aioloader-device-")
 

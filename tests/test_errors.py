@@ -10,8 +10,8 @@ import pytest
 
 from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, RangeDataSource
 from tests.conftest import repeated
-from tests.pipelines import drain, notes
-from tests.subinterpreter_ops import BrokenSource, FailOn
+from tests.support.outputs import drain, notes
+from tests.support.transforms import BrokenSource, FailOn
 
 
 class AsyncBrokenSource(BrokenSource):
@@ -123,16 +123,15 @@ def test_the_loader_is_closed_after_an_error(workers: int) -> None:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_async_errors_arrive_in_order(workers: int) -> None:
-    async def run() -> tuple[list[Any], BaseException]:
-        got: list[Any] = []
-        try:
-            async for item in loader_with([FailOn({11})], workers):
-                got.append(item)
-        except ValueError as error:
-            return got, error
+@pytest.mark.asyncio
+async def test_async_errors_arrive_in_order(workers: int) -> None:
+    got: list[Any] = []
+    try:
+        async for item in loader_with([FailOn({11})], workers):
+            got.append(item)
+    except ValueError as error:
+        caught = error
+    else:
         raise AssertionError("no error")
-
-    got, error = asyncio.run(run())
     assert got == list(range(11))
-    assert "index=11" in notes(error)
+    assert "index=11" in notes(caught)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aioloader import AsyncDataSource, DataLoader, FilesDataSource, IndexSampler, ReadOptions
-from tests.pipelines import collect_async
+from tests.support.outputs import collect_async
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,10 @@ def test_for_reads_every_file(files: tuple[list[Path], list[bytes]], workers: in
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_async_for_reads_every_file(files: tuple[list[Path], list[bytes]], workers: int) -> None:
+@pytest.mark.asyncio
+async def test_async_for_reads_every_file(files: tuple[list[Path], list[bytes]], workers: int) -> None:
     loader, keys = loader_of(FilesDataSource(files[0]), workers)
-    assert asyncio.run(collect_async(loader)) == [files[1][key] for key in keys]
+    assert await collect_async(loader) == [files[1][key] for key in keys]
 
 
 @pytest.mark.parametrize("num_threads", [1, 3, 8])

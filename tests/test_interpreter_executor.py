@@ -23,18 +23,11 @@ import pytest
 from aioloader import Batch, DataLoader, IndexSampler, InMemoryDataSource, RangeDataSource, ReadOptions
 from aioloader._executors.interpreter.prelude import Unavailable
 from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
-from tests import subinterpreter_ops as ops
 from tests.conftest import aioloader_threads
-from tests.pipelines import (
-    CASES,
-    Case,
-    assert_same_outputs,
-    collect_async,
-    drain,
-    expected,
-    notes,
-    states_at_every_output,
-)
+from tests.support import tracked
+from tests.support import transforms as ops
+from tests.support.outputs import collect_async, drain, notes, states_at_every_output
+from tests.support.reference import CASES, Case, assert_same_outputs, expected
 
 REPO = Path(__file__).resolve().parent.parent
 MISSING = unavailable()
@@ -153,7 +146,7 @@ def test_an_operation_that_cannot_load_there_fails_at_the_first_output() -> None
 @needs_subinterpreters
 def test_a_module_that_refuses_subinterpreters_fails_at_the_first_output() -> None:
     pytest.importorskip("pyarrow")
-    from tests.subinterpreter_refusal import NeedsPyarrow
+    from tests.support.needs_pyarrow import NeedsPyarrow
 
     with pytest.raises(SubinterpreterError, match=r"must load in an isolated subinterpreter") as caught:
         next(iter(loader([NeedsPyarrow()])))
@@ -182,8 +175,9 @@ def test_sync_output_matches_the_reference(case: Case, workers: int) -> None:
 
 @needs_subinterpreters
 @pytest.mark.parametrize("case", RUNNABLE, ids=RUNNABLE_IDS)
-def test_async_output_matches_the_reference(case: Case) -> None:
-    assert_same_outputs(asyncio.run(collect_async(case.loader(2, executor="interpreter"))), expected(case))
+@pytest.mark.asyncio
+async def test_async_output_matches_the_reference(case: Case) -> None:
+    assert_same_outputs(await collect_async(case.loader(2, executor="interpreter")), expected(case))
 
 
 @needs_subinterpreters
@@ -263,7 +257,7 @@ def test_an_exception_that_cannot_be_rebuilt_arrives_by_name_and_message() -> No
     got, error = drain(loader([ops.RaisesPicky()]))
     assert got == [0, 1, 2, 3]
     assert type(error) is SubinterpreterError
-    assert str(error) == "tests.subinterpreter_ops.Picky: picky about: 4"
+    assert str(error) == "tests.support.transforms.Picky: picky about: 4"
     assert "index=4, record_key=4" in notes(error)
 
 
@@ -372,10 +366,10 @@ def test_interpreter_exit_with_a_running_loader() -> None:
 @needs_subinterpreters
 @pytest.mark.parametrize("window", [8, 100])
 def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> None:
-    ops.Ledger.held = ops.Ledger.peak = 0
+    tracked.Ledger.held = tracked.Ledger.peak = 0
     iterator = iter(
         DataLoader(
-            data_source=ops.TrackedSource(),
+            data_source=tracked.TrackedSource(),
             sampler=IndexSampler(1_000_000, shuffle=True, seed=0),
             operations=[ops.Identity()],
             worker_count=2,
@@ -386,8 +380,8 @@ def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> No
     for _ in range(300):
         time.sleep(0.0005)
         next(iterator)
-        ops.Ledger.change(held=-1)
+        tracked.Ledger.change(held=-1)
     iterator.close()
     gc.collect()
-    assert ops.Ledger.peak <= window
-    assert ops.Ledger.alive == 0
+    assert tracked.Ledger.peak <= window
+    assert tracked.Ledger.alive == 0

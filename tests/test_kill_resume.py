@@ -1,6 +1,6 @@
 """A training job killed with SIGKILL and started again trains as if it had never stopped.
 
-The job (tests/train_job.py, which runs examples/train.py) checkpoints model
+The job (tests/support/train_job.py, which runs examples/train.py) checkpoints model
 and loader with an orbax CheckpointManager every 5 steps and logs a
 fingerprint of every batch and the exact loss. The test runs it once without
 interruption, then again: paused mid-run at step 13, killed with SIGKILL,
@@ -31,7 +31,7 @@ STEPS, EVERY, PAUSE_AT = 30, 5, 13
 
 def job(log: Path, workdir: Path, *flags: str) -> list[str]:
     train_flags = ["--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--workdir", str(workdir)]
-    return [sys.executable, str(REPO / "tests" / "train_job.py"), str(log), *flags, *train_flags]
+    return [sys.executable, str(REPO / "tests" / "support" / "train_job.py"), str(log), *flags, *train_flags]
 
 
 def run(command: list[str]) -> subprocess.Popen[str]:

@@ -18,7 +18,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, FilterTransform, FlatMapTransform, IndexSampler, ReadOptions
 from tests.conftest import repeated
-from tests.subinterpreter_ops import Ledger, Tracked, TrackedSource
+from tests.support.tracked import Ledger, Tracked, TrackedSource
 
 
 class KeepTwoThirds(FilterTransform):

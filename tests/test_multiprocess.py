@@ -1,6 +1,6 @@
 """Two JAX processes on localhost read disjoint records and iterate the same global batches.
 
-Each process (tests/multiprocess_worker.py) has 4 CPU devices; they join one
+Each process (tests/support/multiprocess_worker.py) has 4 CPU devices; they join one
 cluster through `jax.distributed.initialize` with gloo collectives, so a
 sharding over all 8 devices spans both processes and `DevicePut` builds the
 global arrays with `jax.make_array_from_process_local_data`.
@@ -22,10 +22,10 @@ import pytest
 pytest.importorskip("jax")
 
 from aioloader import IndexSampler, ShardOptions
-from tests.multiprocess_worker import LOCAL_BATCH, NUM_RECORDS, SAVE_AT, SEED
+from tests.support.multiprocess_worker import LOCAL_BATCH, NUM_RECORDS, SAVE_AT, SEED
 
 REPO = Path(__file__).resolve().parent.parent
-WORKER = REPO / "tests" / "multiprocess_worker.py"
+WORKER = REPO / "tests" / "support" / "multiprocess_worker.py"
 PROCESSES = 2
 
 

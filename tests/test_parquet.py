@@ -16,7 +16,7 @@ import pytest
 
 from aioloader import DataLoader, IndexSampler, ParquetDataSource
 from tests.conftest import repeated
-from tests.pipelines import assert_same_outputs
+from tests.support.reference import assert_same_outputs
 
 ROW_GROUP = 37
 SCHEMA = pa.schema(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import aioloader
@@ -46,3 +47,32 @@ def test_every_public_name_comes_from_a_private_module() -> None:
     for name in aioloader.__all__:
         module = getattr(aioloader, name).__module__
         assert module.startswith("aioloader._"), (name, module)
+
+
+# The two iterators mirror each other name for name; these are the pairs whose names differ.
+SYNC_TO_ASYNC = {
+    "__iter__": "__aiter__",
+    "__next__": "__anext__",
+    "__enter__": "__aenter__",
+    "__exit__": "__aexit__",
+    "close": "aclose",
+}
+# Grain's iterator has `next()`; an async one is advanced by the builtin `anext()`.
+SYNC_ONLY = {"next"}
+
+
+def mirrored_names(cls: type, dunders: set[str]) -> set[str]:
+    """The public methods `cls` defines, and the protocol methods it has."""
+    return {n for n in vars(cls) if not n.startswith("_")} | {d for d in dunders if hasattr(cls, d)}
+
+
+def test_the_sync_and_async_iterators_mirror_each_other() -> None:
+    sync_names = mirrored_names(aioloader.DataLoaderIterator, set(SYNC_TO_ASYNC))
+    async_names = mirrored_names(aioloader.AsyncDataLoaderIterator, set(SYNC_TO_ASYNC.values()))
+    assert {SYNC_TO_ASYNC.get(name, name) for name in sync_names - SYNC_ONLY} == async_names
+    for name in sync_names - SYNC_ONLY - {"__next__"}:  # chain's __next__ is a C slot
+        sync_method = getattr(aioloader.DataLoaderIterator, name)
+        async_method = getattr(aioloader.AsyncDataLoaderIterator, SYNC_TO_ASYNC.get(name, name))
+        assert list(inspect.signature(sync_method).parameters) == list(
+            inspect.signature(async_method).parameters
+        ), name

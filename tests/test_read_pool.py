@@ -9,7 +9,7 @@ import pytest
 
 from aioloader import DataLoader, IndexSampler, ReadOptions
 from tests.conftest import aioloader_threads, repeated
-from tests.pipelines import drain, notes
+from tests.support.outputs import drain, notes
 
 
 class SlowSource:

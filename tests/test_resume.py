@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -10,15 +9,8 @@ import pytest
 
 from aioloader import Batch, DataLoader, IndexSampler, RangeDataSource, SequentialSampler
 from tests.conftest import repeated
-from tests.pipelines import (
-    CASE_IDS,
-    CASES,
-    AddOne,
-    Case,
-    assert_same_outputs,
-    expected,
-    states_at_every_output,
-)
+from tests.support.outputs import states_at_every_output
+from tests.support.reference import CASE_IDS, CASES, AddOne, Case, assert_same_outputs, expected
 
 WORKER_PAIRS = [(0, 0), (0, 3), (2, 0), (1, 2), (3, 8)]
 
@@ -56,21 +48,18 @@ def test_resume_at_every_output(case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_async_resume(case: Case) -> None:
+@pytest.mark.asyncio
+async def test_async_resume(case: Case) -> None:
     wanted = expected(case)
     cut = len(wanted) // 2
-
-    async def run() -> list[Any]:
-        first = aiter(case.loader(3))
-        head = [await anext(first) for _ in range(cut)]
-        state = first.get_state()
-        await first.aclose()
-        second = aiter(case.loader(1))
-        second.set_state(state)
-        async with second:
-            return head + [x async for x in second]
-
-    assert_same_outputs(asyncio.run(run()), wanted)
+    first = aiter(case.loader(3))
+    head = [await anext(first) for _ in range(cut)]
+    state = first.get_state()
+    await first.aclose()
+    second = aiter(case.loader(1))
+    second.set_state(state)
+    async with second:
+        assert_same_outputs(head + [x async for x in second], wanted)
 
 
 @repeated
@@ -83,6 +72,48 @@ def test_set_state_while_running_restarts_there(repeat: int) -> None:
         take(iterator, 4)
         iterator.set_state(state)
         assert_same_outputs(list(iterator), wanted[3:])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_state_opens_a_closed_iterator_again(workers: int) -> None:
+    case = CASES[1]
+    wanted = expected(case)
+    with iter(case.loader(workers)) as iterator:
+        take(iterator, 5)
+        state = iterator.get_state()
+        iterator.close()
+        iterator.set_state(state)
+        assert_same_outputs(list(iterator), wanted[5:])
+
+
+@pytest.mark.parametrize("how", ["end", "asked-after-close"])
+def test_set_state_on_a_sync_iterator_that_ended_says_to_make_a_new_one(how: str) -> None:
+    case = CASES[1]
+    with iter(case.loader(2)) as iterator:
+        state = iterator.get_state()
+        if how == "end":
+            list(iterator)
+        else:
+            iterator.close()
+            assert list(iterator) == []
+        with pytest.raises(ValueError, match=r"cannot restart this DataLoaderIterator.*iter\(loader\)"):
+            iterator.set_state(state)
+    with iter(case.loader(2)) as fresh:
+        fresh.set_state(state)
+        assert_same_outputs(list(fresh), expected(case))
+
+
+@pytest.mark.asyncio
+async def test_set_state_opens_a_closed_async_iterator_again() -> None:
+    case = CASES[1]
+    wanted = expected(case)
+    iterator = aiter(case.loader(2))
+    head = [await anext(iterator) for _ in range(5)]
+    await iterator.aclose()
+    assert [x async for x in iterator] == []
+    iterator.set_state(iterator.get_state())
+    async with iterator:
+        assert_same_outputs(head + [x async for x in iterator], wanted)
 
 
 def test_state_is_small_json_whatever_the_dataset_size() -> None:
@@ -141,3 +172,47 @@ def test_malformed_states_are_rejected(mutate: Any, message: str) -> None:
     state = iter(loader).get_state()
     with pytest.raises(ValueError, match=message):
         iter(loader).set_state(mutate(state))
+
+
+# States exactly as get_state() wrote them before the package moved into
+# subpackages (main at 0fa32dd), each after `delivered` outputs of a shared case.
+# A state names no module, so they must restore unchanged.
+SAVED_BEFORE_THE_LAYOUT = [
+    (
+        "ops-after-batch",
+        7,
+        '{"version":1,"position":{"index":18,"skip_elements":0,"skip_outputs":1},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":47,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":47},'
+        '"operations":["map","batch(6,False)","random_map","flat_map","map"]}}',
+    ),
+    (
+        "flatmap-batch",
+        3,
+        '{"version":1,"position":{"index":6,"skip_elements":2,"skip_outputs":0},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":41,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":41},'
+        '"operations":["flat_map","random_map","batch(4,False)"]}}',
+    ),
+    (
+        "records",
+        17,
+        '{"version":1,"position":{"index":17,"skip_elements":0,"skip_outputs":0},"pipeline":'
+        '{"sampler":{"type":"IndexSampler","num_records":53,"shard":[0,1,false],"shuffle":true,'
+        '"num_epochs":3,"seed":11},"data_source":{"type":"RangeDataSource","len":53},'
+        '"operations":["map","random_map","map"]}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "delivered", "saved"), SAVED_BEFORE_THE_LAYOUT, ids=[s[0] for s in SAVED_BEFORE_THE_LAYOUT]
+)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_before_the_layout_change_restores(
+    name: str, delivered: int, saved: str, workers: int
+) -> None:
+    case = next(case for case in CASES if case.name == name)
+    with iter(case.loader(workers)) as iterator:
+        iterator.set_state(json.loads(saved))
+        assert_same_outputs(list(iterator), expected(case)[delivered:])

@@ -94,6 +94,8 @@ def test_garbage_collection_of_a_reference_cycle() -> None:
 
 @repeated
 def test_async_aclose_and_early_exit(repeat: int) -> None:
+    # asyncio.run, not pytest-asyncio: the iterator left early is closed when
+    # the loop ends (it finalizes its async generators), and that is checked.
     async def run() -> None:
         iterator = aiter(busy_loader())
         await anext(iterator)

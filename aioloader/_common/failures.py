@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Failure:
-    """The first error in a unit of work, by output order."""
+    """The first error in a chunk or a batch job, by output order."""
 
     error: BaseException
 

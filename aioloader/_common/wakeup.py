@@ -14,7 +14,7 @@ import threading
 
 
 class Wakeup:
-    """A consumer's wait under `lock`; every method but `until` must be called holding it."""
+    """A consumer's wait under `lock`; every method must be called holding it."""
 
     def __init__(self, lock: threading.Lock) -> None:
         self._condition = threading.Condition(lock)

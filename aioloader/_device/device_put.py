@@ -18,13 +18,13 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.validation import require_int
 from aioloader._device.handoff import Handoff
-from aioloader._program.program import Outputs
+from aioloader._program.jobs import Outputs
 
 _names = itertools.count()
 
@@ -87,22 +87,32 @@ def transfer_outputs(outputs: Outputs, device_put: DevicePut) -> Outputs:
     return Outputs(items, outputs.after, outputs.failure)
 
 
-class DeviceEngine:
-    """Wraps an engine: its outputs, transferred to the device.
+class ThreadedOutputs(Protocol):
+    """What the device thread needs of the engine it wraps (the threaded engine)."""
 
-    Threaded, a device thread transfers and keeps up to `buffer_size`
-    batches ahead; inline (`worker_count=0`), the caller transfers as it asks.
+    def next(self) -> tuple[Outputs, int] | None: ...
+    def release(self, weight: int) -> None: ...
+    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+class DeviceEngine:
+    """Wraps a threaded engine: its outputs, transferred to the device by a thread of its own.
+
+    The device thread takes the outputs in order, transfers them one by one,
+    keeps up to `buffer_size` of them waiting for the consumer, and gives the
+    window weight back to the inner engine once they are on the device. With
+    `worker_count=0` there is no device thread: the inline engines transfer
+    in the consumer's thread as it asks.
     """
 
-    def __init__(self, inner: Any, device_put: DevicePut, threaded: bool) -> None:
+    def __init__(self, inner: ThreadedOutputs, device_put: DevicePut) -> None:
         self._inner, self._device_put = inner, device_put
         self._handoff: Handoff[Outputs | BaseException] = Handoff(device_put.buffer_size)
-        self._thread: threading.Thread | None = None
-        if threaded:
-            self._thread = threading.Thread(
-                target=self._run, name=f"aioloader-device-{next(_names)}", daemon=True
-            )
-            self._thread.start()
+        self._thread = threading.Thread(
+            target=self._run, name=f"aioloader-device-{next(_names)}", daemon=True
+        )
+        self._thread.start()
 
     def _run(self) -> None:
         try:
@@ -125,35 +135,27 @@ class DeviceEngine:
             self._handoff.close()
 
     def next(self) -> tuple[Outputs, int] | None:
-        if self._thread is None:
-            found = self._inner.next()
-            return None if found is None else (transfer_outputs(found[0], self._device_put), found[1])
         return _unwrap(self._handoff.get())
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        if self._thread is None:
-            found = await self._inner.anext()
-            return None if found is None else (transfer_outputs(found[0], self._device_put), found[1])
         return _unwrap(await self._handoff.aget())
 
     def release(self, weight: int) -> None:
-        if self._thread is None:
-            self._inner.release(weight)
+        pass  # the device thread gave the weight back already
 
     def close(self) -> None:
         self._handoff.close(drop=True)
         self._inner.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not threading.current_thread():
             self._thread.join(2.0)
 
     async def aclose(self) -> None:
         self._handoff.close(drop=True)
         await self._inner.aclose()
-        if self._thread is not None:
-            self._thread.join(2.0)  # the inner engine is closed: the device thread is ending
+        self._thread.join(2.0)  # the inner engine is closed: the device thread is ending
 
 
-def _unwrap(unit: Outputs | BaseException | None) -> tuple[Outputs, int] | None:
-    if isinstance(unit, BaseException):
-        raise unit
-    return None if unit is None else (unit, 0)
+def _unwrap(item: Outputs | BaseException | None) -> tuple[Outputs, int] | None:
+    if isinstance(item, BaseException):
+        raise item
+    return None if item is None else (item, 0)

@@ -1,4 +1,4 @@
-"""`worker_count=0`: the whole pipeline in the caller's thread, one unit at a time.
+"""`worker_count=0`: the whole pipeline in the caller's thread, one `Outputs` at a time.
 
 This is the debug mode: no worker thread, no event loop thread, the user's
 code on the caller's stack, and a cost close to a plain loop. The pipeline is
@@ -6,20 +6,27 @@ written once, as a generator that yields either outputs or an `Await` request
 for an asynchronous segment; `run_inline` answers those with a private event
 loop for `for`, and `arun_inline` awaits them on the running loop for
 `async for` (where the synchronous segments then run on the loop itself).
+
+What this driver decides without I/O is the threaded scheduler's code:
+`plan_chunks` (chunk sizes and the tail), `Work` (the walk over a stage's
+segments), `BatchPlan.cut` and `Run.drop_leading` (in the program's steps).
+Only the driving is its own. It is kept apart from `Scheduler` on purpose:
+one job at a time needs no window, no reorder buffer, no lock and no thread
+hand-off, and paying for them would cost the debug mode its plain-loop speed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Coroutine, Generator, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
 from aioloader._common.positions import Position
-from aioloader._program.program import Outputs, Plan, Program
-from aioloader._scheduling.planner import ChunkPlanner
-from aioloader._scheduling.tail import TailBatcher
+from aioloader._program.jobs import Outputs
+from aioloader._program.program import Program, Stage
+from aioloader._scheduling.planner import plan_chunks
+from aioloader._scheduling.work import Place, Work
 
 
 @dataclass
@@ -33,52 +40,44 @@ Steps = Generator[Any, Any, None]
 
 
 def inline_steps(program: Program, position: Position, prefetch_buffer_size: int) -> Steps:
-    """The pipeline's outputs one unit at a time, yielding `Await`s for async segments."""
-    batch = program.operations.batch
-    unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
-    planner = ChunkPlanner(position, program.sampler.length, unit, prefetch_buffer_size)
-    tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
+    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments."""
+    planner, tail = plan_chunks(program, position, prefetch_buffer_size)
     while (job := planner.next_job()) is not None:
-        result, seconds = yield from _run_stage(program, 0, job)
+        result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds)
-        units: list[Outputs] = []
+        ready: list[Outputs] = []
         if tail is None:
-            units.append(result)
+            ready.append(result)
         else:
             for batch_job in tail.push(result):
-                units.append((yield from _run_stage(program, 1, batch_job))[0])
+                ready.append((yield from _run_stage(program, Stage.BATCHES, batch_job))[0])
         # Hold no reference to what the consumer has while the next chunk is
-        # made, so that one unit at a time is alive.
+        # made, so that one `Outputs` at a time is alive.
         del result
-        while units:
-            unit_outputs: Outputs = units.pop(0)
-            yield unit_outputs
-            if unit_outputs.failure is not None:
+        while ready:
+            outputs: Outputs = ready.pop(0)
+            yield outputs
+            if outputs.failure is not None:
                 return
-            del unit_outputs
+            del outputs
     for batch_job in tail.finish() if tail is not None else ():
-        yield (yield from _run_stage(program, 1, batch_job))[0]
+        yield (yield from _run_stage(program, Stage.BATCHES, batch_job))[0]
 
 
-def _run_stage(program: Program, stage: int, payload: Any) -> Generator[Any, Any, tuple[Any, float]]:
-    """Run one stage's segments; return the result and the CPU seconds of synchronous work.
-
-    Awaited segments (async reads and maps) are not counted: waiting on I/O is
-    not work, and counting it would shrink the chunks, and with them the reads
-    in flight, to one record.
-    """
-    seconds = 0.0
-    for k, segment in enumerate(program.stages[stage]):
-        if segment.on_loop:
-            payload = yield Await(program.arun_segment(stage, k, payload))
+def _run_stage(program: Program, stage: Stage, job: Any) -> Generator[Any, Any, tuple[Any, float]]:
+    """Walk `job` through the stage's segments; return the result and the CPU seconds
+    of its synchronous segments (see `Work`)."""
+    work = Work(stage, 0, job, 0)
+    del job  # the work holds it, and lets it go once a segment has made its result
+    while (place := work.place(program)) is not Place.DONE:
+        if place is Place.LOOP:
+            yield Await(work.await_segment(program))
         else:
-            started = time.thread_time()
-            payload = program.run_segment(stage, k, payload)
-            seconds += time.thread_time() - started
-    return payload, seconds
+            work.run_segment(program.run_segment)
+    return work.payload, work.seconds
 
 
-def run_inline(steps: Steps) -> Iterator[Outputs]:
+def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
     """The outputs of `steps`, awaiting its requests on a private event loop if it makes any."""
     runner: asyncio.Runner | None = None
     try:
@@ -101,7 +100,7 @@ def run_inline(steps: Steps) -> Iterator[Outputs]:
             runner.close()
 
 
-async def arun_inline(steps: Steps) -> AsyncIterator[Outputs]:
+async def arun_inline(steps: Steps) -> AsyncGenerator[Outputs, None]:
     """The outputs of `steps`, awaiting its requests on the running loop."""
     try:
         answer: Any = None

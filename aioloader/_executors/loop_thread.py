@@ -2,7 +2,7 @@
 
 `AsyncSegments` takes a job whose next segment is asynchronous (an async
 source's reads, an `async def` map), awaits its segments on a loop, and hands
-the job back to the pipeline. For `async for` that loop is the caller's; for
+the job back to the scheduler. For `async for` that loop is the caller's; for
 `for`, `LoopThread` runs one in a background thread, started only when the
 program has asynchronous segments.
 """
@@ -14,21 +14,22 @@ import contextlib
 import itertools
 import threading
 
-from aioloader._scheduling.scheduler import Pipeline, Work
+from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import Place, Work
 
 _names = itertools.count()
 
 
 class AsyncSegments:
-    """Awaits jobs' asynchronous segments on `loop`, then returns them to `pipeline`."""
+    """Awaits jobs' asynchronous segments on `loop`, then returns them to `scheduler`."""
 
-    def __init__(self, pipeline: Pipeline, loop: asyncio.AbstractEventLoop) -> None:
-        self._pipeline, self._loop = pipeline, loop
+    def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduler, self._loop = scheduler, loop
         self._tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, work: Work) -> None:
         """Run `work`'s asynchronous segments (from any thread)."""
-        with contextlib.suppress(RuntimeError):  # a closed loop: the pipeline is closing
+        with contextlib.suppress(RuntimeError):  # a closed loop: the scheduler is closing
             self._loop.call_soon_threadsafe(self._start, work)
 
     def _start(self, work: Work) -> None:
@@ -37,17 +38,15 @@ class AsyncSegments:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, work: Work) -> None:
-        program, pipeline = self._pipeline.program, self._pipeline
+        program, scheduler = self._scheduler.program, self._scheduler
         try:
-            segments = program.stages[work.stage]
-            while work.segment < len(segments) and segments[work.segment].on_loop:
-                work.payload = await program.arun_segment(work.stage, work.segment, work.payload)
-                work.segment += 1
-            pipeline.resume(work)
+            while work.place(program) is Place.LOOP:
+                await work.await_segment(program)
+            scheduler.advance(work)
         except asyncio.CancelledError:
             raise
         except BaseException as error:
-            pipeline.fail(error)
+            scheduler.fail(error)
 
     def cancel(self) -> None:
         """Cancel every segment in progress (from any thread)."""

@@ -1,4 +1,4 @@
-"""Worker threads: each takes work from the pipeline and runs it on its own copy of the program.
+"""Worker threads: each takes work from the scheduler and runs it on its own copy of the program.
 
 A worker makes its segment runner (for threads: its own deep copy of the
 operations) in its own thread when it starts, since on free-threaded CPython
@@ -6,7 +6,7 @@ an object is cheapest to use from the thread that created it. Then it loops:
 take work, run one segment, hand the result back. The runner comes as a
 context manager, so that what a runner holds (a subinterpreter) is released
 by the thread that made it when the worker ends. User errors travel inside
-the results; anything else (a bug, a copy that fails) breaks the pipeline,
+the results; anything else (a bug, a copy that fails) breaks the scheduler,
 and the consumer raises it.
 """
 
@@ -19,17 +19,17 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from aioloader._scheduling.scheduler import Pipeline
+from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import SegmentRunner
 
-SegmentRunner = Callable[[int, int, Any], Any]
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 
 class WorkerThreads:
-    """`count` daemon threads named `{name}-{i}` working for `pipeline`."""
+    """`count` daemon threads named `{name}-{i}` working for `scheduler`."""
 
-    def __init__(self, pipeline: Pipeline, make_runner: RunnerFactory, count: int, name: str) -> None:
-        self._pipeline, self._make_runner = pipeline, make_runner
+    def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
+        self._scheduler, self._make_runner = scheduler, make_runner
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
         ]
@@ -37,27 +37,24 @@ class WorkerThreads:
             thread.start()
 
     def _work(self) -> None:
-        pipeline = self._pipeline
+        scheduler = self._scheduler
         try:
             with self._make_runner() as run:
-                while (work := pipeline.next_work()) is not None:
-                    # CPU time, not wall time, sizes the chunks: time spent waiting
-                    # (for reads in the read pool, for the GIL) is not work.
-                    started = time.thread_time()
-                    payload = run(work.stage, work.segment, work.payload)
-                    pipeline.advance(work, payload, time.thread_time() - started)
+                while (work := scheduler.next_work()) is not None:
+                    work.run_segment(run)
+                    scheduler.advance(work)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
-                    del work, payload
+                    del work
         except BaseException as error:
-            pipeline.fail(error)
+            scheduler.fail(error)
 
     def alive(self) -> bool:
         """True while some worker is still running."""
         return any(thread.is_alive() for thread in self._threads)
 
     def join(self, timeout: float = 2.0) -> bool:
-        """Wait for the workers to end (close the pipeline first); True if all did in `timeout`."""
+        """Wait for the workers to end (close the scheduler first); True if all did in `timeout`."""
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread is not threading.current_thread():

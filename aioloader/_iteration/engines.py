@@ -1,74 +1,110 @@
 """Where an iterator's outputs come from: the engines behind `for` and `async for`.
 
-* `ThreadedEngine`: worker threads over the pipeline's scheduler (each with
-  its own subinterpreter for `executor="interpreter"`), plus an
-  event loop for asynchronous segments (a background thread for `for`, only
-  if the program has such segments; the caller's loop for `async for`).
+* `ThreadedEngine`: worker threads over a `Scheduler` (each with its own
+  subinterpreter for `executor="interpreter"`), plus an event loop for
+  asynchronous segments (a background thread for `for`, only if the program
+  has such segments; the caller's loop for `async for`); wrapped in a
+  `DeviceEngine` with `device_put`.
 * `InlineEngine` / `AsyncInlineEngine`: `worker_count=0`, the pipeline run by
-  the consumer itself as it asks.
+  the consumer itself as it asks (and put on the device as it asks).
 
-Each gives units of outputs with their window weight (`next`/`anext`), takes
-the weight back when the consumer is done with a unit (`release`), and stops
-everything it started (`close`/`aclose`).
+What an engine must do, and who calls it from which thread, is written once,
+on the two protocols `SyncEngine` and `AsyncEngine`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from aioloader._common.positions import Position
-from aioloader._device.device_put import DeviceEngine
+from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.inline import arun_inline, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
-from aioloader._program.program import Outputs
+from aioloader._iteration.spec import LoaderSpec
+from aioloader._program.jobs import Outputs
 from aioloader._program.read_pool import ReadPool
-from aioloader._scheduling.scheduler import Pipeline
+from aioloader._scheduling.scheduler import Scheduler
 
-if TYPE_CHECKING:
-    from aioloader._loader import DataLoader
+
+class SyncEngine(Protocol):
+    """What `for` needs of an engine: `DataLoaderIterator` takes its outputs from one.
+
+    * `next()`: the next `Outputs`, in order, with their window weight; None
+      at the end. Called by the consumer's thread, which it blocks until they
+      are ready. An error that is not the user's data (a bug, a worker that
+      could not start) is raised here; the user's errors ride in `Outputs`.
+    * `release(weight)`: the consumer has delivered every item of an
+      `Outputs` and gives their weight back, so that the engine may read that
+      much further ahead. Called by the consumer's thread, before its next
+      `next()`; never blocks.
+    * `close()`: stop, let go of every record, and join every thread the
+      engine started (within 2 s). Idempotent, and callable from any thread:
+      the consumer's, the finalizer's (garbage collection), or the closer
+      thread of a Ctrl-C (see `interrupts`), possibly while `next()` waits.
+    """
+
+    def next(self) -> tuple[Outputs, int] | None: ...
+    def release(self, weight: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class AsyncEngine(Protocol):
+    """What `async for` needs of an engine: `AsyncDataLoaderIterator` takes its outputs from one.
+
+    * `anext()`: as `SyncEngine.next`, awaited on the consumer's loop, which
+      it never blocks while it waits.
+    * `release(weight)`: as `SyncEngine.release`, called on the loop.
+    * `aclose()`: as `SyncEngine.close`, awaited on the loop; waits for the
+      worker threads without blocking it. What the iterator's `aclose()` uses.
+    * `close()`: the same from the finalizer (any thread, no loop to await
+      on); idempotent.
+    """
+
+    async def anext(self) -> tuple[Outputs, int] | None: ...
+    def release(self, weight: int) -> None: ...
+    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
 
 class ThreadedEngine:
-    """Worker threads over the pipeline's scheduler, and an event loop for async segments.
+    """Worker threads over a `Scheduler`, and an event loop for async segments.
 
     For `for`, the loop is a background thread started only if the program
     has asynchronous segments; for `async for` it is the caller's loop.
     """
 
-    def __init__(
-        self, loader: DataLoader, position: Position, loop: asyncio.AbstractEventLoop | None
-    ) -> None:
-        program = loader.program()
-        self._read_pool = program.read_pool = ReadPool(loader.read_options.num_threads)
-        self.pipeline = Pipeline(program, position, loader.read_options, loader.worker_count)
+    def __init__(self, spec: LoaderSpec, position: Position, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._read_pool = ReadPool(spec.read_options.num_threads)
+        program = spec.program(self._read_pool)
+        self.scheduler = Scheduler(program, position, spec.read_options, spec.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
-        if self.pipeline.needs_async_runner:
+        if self.scheduler.needs_async_runner:
             if loop is None:
                 self._loop_thread = LoopThread()
                 loop = self._loop_thread.loop
-            self._segments = AsyncSegments(self.pipeline, loop)
-            self.pipeline.use_async_runner(self._segments)
-        runner = interpreter_runner(program) if loader.executor == "interpreter" else thread_runner(program)
-        self._workers = WorkerThreads(self.pipeline, runner, loader.worker_count, "aioloader-worker")
+            self._segments = AsyncSegments(self.scheduler, loop)
+            self.scheduler.use_async_runner(self._segments)
+        runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
+        self._workers = WorkerThreads(self.scheduler, runner, spec.worker_count, "aioloader-worker")
 
     def next(self) -> tuple[Outputs, int] | None:
-        return self.pipeline.get()
+        return self.scheduler.get()
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        return await self.pipeline.aget()
+        return await self.scheduler.aget()
 
     def release(self, weight: int) -> None:
         if weight:
-            self.pipeline.release(weight)
+            self.scheduler.release(weight)
 
     def _stop(self) -> None:
-        self.pipeline.close()
+        self.scheduler.close()
         if self._segments is not None:
             self._segments.cancel()
 
@@ -93,33 +129,38 @@ class ThreadedEngine:
 class InlineEngine:
     """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
 
-    def __init__(self, loader: DataLoader, position: Position) -> None:
-        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+    def __init__(self, spec: LoaderSpec, position: Position) -> None:
+        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
         self._outputs = run_inline(steps)
+        self._device_put = spec.device_put
 
     def next(self) -> tuple[Outputs, int] | None:
         outputs = next(self._outputs, None)
-        return None if outputs is None else (outputs, 0)
+        if outputs is None:
+            return None
+        return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
 
     def release(self, weight: int) -> None:
         pass
 
     def close(self) -> None:
-        self._outputs.close()  # type: ignore[attr-defined]
+        self._outputs.close()
 
 
 class AsyncInlineEngine:
     """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
 
-    def __init__(self, loader: DataLoader, position: Position) -> None:
-        steps = inline_steps(loader.program(), position, loader.read_options.prefetch_buffer_size)
+    def __init__(self, spec: LoaderSpec, position: Position) -> None:
+        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
         self._outputs = arun_inline(steps)
+        self._device_put = spec.device_put
 
     async def anext(self) -> tuple[Outputs, int] | None:
         try:
-            return await anext(self._outputs), 0
+            outputs = await anext(self._outputs)
         except StopAsyncIteration:
             return None
+        return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
 
     def release(self, weight: int) -> None:
         pass
@@ -128,15 +169,18 @@ class AsyncInlineEngine:
         pass  # no threads; the loop finalises the async generator
 
     async def aclose(self) -> None:
-        await self._outputs.aclose()  # type: ignore[attr-defined]
+        await self._outputs.aclose()
 
 
-class EngineHolder:
+E = TypeVar("E", SyncEngine, AsyncEngine)
+
+
+class EngineHolder(Generic[E]):
     """Owns the current engine; the iterator's finalizer closes it without a reference
     to the iterator itself, so that garbage collection can run it."""
 
     def __init__(self) -> None:
-        self.engine: Any = None
+        self.engine: E | None = None
 
     def close(self) -> None:
         engine, self.engine = self.engine, None
@@ -145,41 +189,22 @@ class EngineHolder:
             interrupts.unwatch(engine)
 
 
-class SyncEngine(Protocol):
-    """What `for` needs of an engine."""
-
-    def next(self) -> tuple[Outputs, int] | None: ...
-    def release(self, weight: int) -> None: ...
-    def close(self) -> None: ...
-
-
-class AsyncEngine(Protocol):
-    """What `async for` needs of an engine."""
-
-    async def anext(self) -> tuple[Outputs, int] | None: ...
-    def release(self, weight: int) -> None: ...
-    def close(self) -> None: ...
-    async def aclose(self) -> None: ...
-
-
-def sync_engine(loader: DataLoader, position: Position) -> SyncEngine:
+def sync_engine(spec: LoaderSpec, position: Position) -> SyncEngine:
     """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
-    if loader.worker_count == 0:
-        return _with_device(loader, InlineEngine(loader, position))  # type: ignore[no-any-return]
-    return _with_device(loader, ThreadedEngine(loader, position, None))  # type: ignore[no-any-return]
+    if spec.worker_count == 0:
+        return InlineEngine(spec, position)
+    return _threaded(spec, ThreadedEngine(spec, position, None))
 
 
-def async_engine(loader: DataLoader, position: Position) -> AsyncEngine:
+def async_engine(spec: LoaderSpec, position: Position) -> AsyncEngine:
     """The engine for `async for`, on the running loop."""
-    if loader.worker_count == 0:
-        return _with_device(loader, AsyncInlineEngine(loader, position))  # type: ignore[no-any-return]
-    loop = asyncio.get_running_loop()
-    return _with_device(loader, ThreadedEngine(loader, position, loop))  # type: ignore[no-any-return]
+    if spec.worker_count == 0:
+        return AsyncInlineEngine(spec, position)
+    return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
 
 
-def _with_device(loader: DataLoader, engine: Any) -> Any:
-    if loader.device_put is not None:
-        engine = DeviceEngine(engine, loader.device_put, threaded=loader.worker_count > 0)
-    if loader.worker_count > 0:
-        interrupts.watch(engine)
-    return engine
+def _threaded(spec: LoaderSpec, engine: ThreadedEngine) -> ThreadedEngine | DeviceEngine:
+    """`engine`, behind a device thread with `device_put`; closed by Ctrl-C."""
+    wrapped = engine if spec.device_put is None else DeviceEngine(engine, spec.device_put)
+    interrupts.watch(wrapped)
+    return wrapped

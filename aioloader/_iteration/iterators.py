@@ -1,15 +1,16 @@
 """The two faces of a loader: `DataLoaderIterator` (for) and `AsyncDataLoaderIterator` (async for).
 
 They mirror each other name for name (`close`/`aclose`, `__next__`/`__anext__`)
-over one shared core, `_Cursor`, which holds the unit of outputs being
-delivered and knows the position just past the last output delivered:
-`get_state()` is that position.
+over one shared core, `_Cursor`, which holds the `Outputs` being delivered
+and knows the position just past the last output delivered: `get_state()`
+is that position.
 
-Outputs are delivered by a plain list iterator over the current unit, so the
-cost per output is C's, not a Python method's: the sync iterator is an
-`itertools.chain` over the units (its `__next__` is chain's), and the async
-one calls `next()` on the unit's iterator. How far into the unit the consumer
-is comes from the list iterator's length hint.
+Outputs are delivered by a plain list iterator over the current `Outputs`'
+items, so the cost per output is C's, not a Python method's: the sync
+iterator is an `itertools.chain` over those iterators (its `__next__` is
+chain's), and the async one calls `next()` on the current one. How far into
+the current `Outputs` the consumer is comes from the list iterator's length
+hint.
 """
 
 from __future__ import annotations
@@ -19,28 +20,27 @@ import operator
 import weakref
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._iteration import interrupts as interrupts
-from aioloader._iteration.engines import AsyncEngine, EngineHolder, SyncEngine, async_engine, sync_engine
+from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
+from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import make_state, read_state
-from aioloader._program.program import Outputs
-
-if TYPE_CHECKING:
-    from aioloader._loader import DataLoader
+from aioloader._program.jobs import Outputs
 
 _EMPTY: list[Any] = []
 
 
-class _Cursor:
-    """The unit of outputs being delivered, where the consumer is, and the engine."""
+class _Cursor(Generic[E]):
+    """The `Outputs` being delivered, where the consumer is, and the engine."""
 
-    def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
+    def __init__(self, spec: LoaderSpec) -> None:
+        self.spec = spec
         self.closed = False
-        self.holder = EngineHolder()
+        self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
+        self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
 
     def reset(self, position: Position) -> None:
@@ -57,7 +57,7 @@ class _Cursor:
         return self.after[delivered - 1] if delivered else self.base
 
     def load(self, outputs: Outputs, weight: int) -> Iterator[Any]:
-        """Make `outputs` the current unit (after `finish_unit`); return its iterator."""
+        """Make `outputs` the current ones (after `finish_outputs`); return their iterator."""
         self.items, self.after, self.failure, self.weight = (
             outputs.items,
             outputs.after,
@@ -67,13 +67,13 @@ class _Cursor:
         self.current = iter(self.items)
         return self.current
 
-    def finish_unit(self) -> int:
-        """Let go of the current unit, all delivered; return its weight, to release.
+    def finish_outputs(self) -> int:
+        """Let go of the current `Outputs`, all delivered; return their weight, to release.
 
-        The consumer holds every output of it now, so it no longer counts as
-        read ahead: releasing it before waiting for the next unit is what lets
-        a window of one unit make progress, and dropping our references keeps
-        two units from being alive at once.
+        The consumer holds every one of them now, so they no longer count as
+        read ahead: releasing them before waiting for the next `Outputs` is
+        what lets a window of one job make progress, and dropping our
+        references keeps two `Outputs` from being alive at once.
         """
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
@@ -85,20 +85,20 @@ class _Cursor:
         return None if failure is None else failure.error
 
     def stop(self) -> None:
-        """Deliver nothing more: empty the current unit in place (its iterator
+        """Deliver nothing more: empty the current `Outputs` in place (their iterator
         stops with it), and close the engine."""
         self.closed = True
         self.base = self.position()
         self.items.clear()
-        self.finish_unit()
+        self.finish_outputs()
         self.holder.close()
 
     def get_state(self) -> dict[str, Any]:
-        return make_state(self.position(), self.loader.describe())
+        return make_state(self.position(), self.spec.description)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        position = read_state(state, self.loader.describe())
-        length = self.loader.sampler.length
+        position = read_state(state, self.spec.description)
+        length = self.spec.length
         if length is not None and position[0] > length:
             raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
         self.stop()
@@ -106,24 +106,28 @@ class _Cursor:
         self.closed = False
 
 
-class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
+class DataLoaderIterator(itertools.chain[Any]):
     """Iterates a `DataLoader` in the caller's thread; see `DataLoader`.
 
-    `get_state()` / `set_state()` checkpoint and resume it; `close()` stops
-    and joins every thread it started (leaving the loop early or dropping the
-    iterator does too).
+    `next()` blocks the calling thread until the next output is ready (with
+    `worker_count=0`, it computes it there). It raises the user's exception
+    from a read or a transform once every output before it was delivered,
+    with a note naming the record, and then the iterator is closed; it raises
+    StopIteration at the end. `get_state()` / `set_state()` checkpoint and
+    resume it; `close()` stops and joins every thread it started (leaving the
+    loop early or dropping the iterator does too).
     """
 
-    _cursor: _Cursor
+    _cursor: _Cursor[SyncEngine]
 
-    def __new__(cls, loader: DataLoader) -> DataLoaderIterator:
-        cursor = _Cursor(loader)
-        self = cast(DataLoaderIterator, cls.from_iterable(_units(cursor)))  # an instance of `cls`
+    def __new__(cls, spec: LoaderSpec) -> DataLoaderIterator:
+        cursor: _Cursor[SyncEngine] = _Cursor(spec)
+        self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
         self._cursor = cursor
         weakref.finalize(self, EngineHolder.close, cursor.holder)
         return self
 
-    def __init__(self, loader: DataLoader) -> None:
+    def __init__(self, spec: LoaderSpec) -> None:
         pass  # made in __new__: `chain.from_iterable` builds the instance
 
     def __iter__(self) -> DataLoaderIterator:
@@ -139,12 +143,27 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
         return self._cursor.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline."""
+        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+
+        What was read ahead is dropped and the pipeline restarts at the state's
+        position; a closed iterator is open again, as long as it has not
+        reported its end since (StopIteration or an error: an ended
+        `itertools.chain` cannot restart): that is a ValueError saying to
+        call `set_state` on a new iterator. A state from another pipeline is
+        a ValueError that names what differs.
+        """
+        if self._cursor.ended:
+            raise ValueError(
+                "`set_state` cannot restart this DataLoaderIterator: it has ended (at the end of "
+                "the data, after an error, or asked for more after close()); call set_state on a "
+                "new one, iter(loader)."
+            )
         self._cursor.set_state(state)
 
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
-        record it holds. Idempotent; `get_state()` still works afterwards."""
+        record it holds. Idempotent; `get_state()` still works afterwards, and
+        `set_state()` opens the iterator again."""
         self._cursor.stop()
 
     def __enter__(self) -> DataLoaderIterator:
@@ -156,33 +175,36 @@ class DataLoaderIterator(itertools.chain):  # type: ignore[type-arg]
         self.close()
 
 
-def _units(cursor: _Cursor) -> Iterator[Iterator[Any]]:
-    """The iterators of the units of outputs, in order, for `chain.from_iterable`.
+def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
+    """An iterator over the items of each `Outputs`, in order, for `chain.from_iterable`.
 
-    A failure is raised once its unit's outputs have all been delivered.
+    A failure is raised once the items of its `Outputs` have all been delivered.
     """
-    while True:
-        error = cursor.take_failure()
-        if error is not None:
-            cursor.stop()
-            raise error
-        if cursor.closed:
-            return
-        if cursor.holder.engine is None:
-            cursor.holder.engine = sync_engine(cursor.loader, cursor.position())
-        engine: SyncEngine = cursor.holder.engine
-        engine.release(cursor.finish_unit())
-        try:
-            found = engine.next()
-        except BaseException:
-            cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
-            raise
-        if found is None:
-            cursor.stop()
-            return
-        unit = cursor.load(*found)
-        del found, engine  # while suspended, this frame must hold nothing but the unit's iterator
-        yield unit
+    try:
+        while True:
+            error = cursor.take_failure()
+            if error is not None:
+                cursor.stop()
+                raise error
+            if cursor.closed:
+                return
+            engine = cursor.holder.engine
+            if engine is None:
+                engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
+            engine.release(cursor.finish_outputs())
+            try:
+                found = engine.next()
+            except BaseException:
+                cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
+                raise
+            if found is None:
+                cursor.stop()
+                return
+            items = cursor.load(*found)
+            del found, engine  # while suspended, this frame must hold nothing but the items' iterator
+            yield items
+    finally:
+        cursor.ended = True
 
 
 class AsyncDataLoaderIterator:
@@ -192,8 +214,8 @@ class AsyncDataLoaderIterator:
     while records are read and transformed.
     """
 
-    def __init__(self, loader: DataLoader) -> None:
-        self._cursor = _Cursor(loader)
+    def __init__(self, spec: LoaderSpec) -> None:
+        self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         weakref.finalize(self, EngineHolder.close, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
@@ -214,10 +236,10 @@ class AsyncDataLoaderIterator:
                 raise error
             if cursor.closed:
                 raise StopAsyncIteration
-            if cursor.holder.engine is None:
-                cursor.holder.engine = async_engine(cursor.loader, cursor.position())
-            engine: AsyncEngine = cursor.holder.engine
-            engine.release(cursor.finish_unit())
+            engine = cursor.holder.engine
+            if engine is None:
+                engine = cursor.holder.engine = async_engine(cursor.spec, cursor.position())
+            engine.release(cursor.finish_outputs())
             try:
                 found = await engine.anext()
             except BaseException:
@@ -235,12 +257,18 @@ class AsyncDataLoaderIterator:
         return self._cursor.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline."""
+        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+
+        What was read ahead is dropped and the pipeline restarts at the state's
+        position; a closed iterator is open again. A state from another
+        pipeline is a ValueError that names what differs.
+        """
         self._cursor.set_state(state)
 
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go
-        of every record it holds. Idempotent; `get_state()` still works afterwards."""
+        of every record it holds. Idempotent; `get_state()` still works afterwards,
+        and `set_state()` opens the iterator again."""
         cursor = self._cursor
         engine, cursor.holder.engine = cursor.holder.engine, None
         cursor.stop()

@@ -28,10 +28,10 @@ from aioloader._operations.transforms import Kind, Op
 
 
 class Run(abc.ABC):
-    """Elements in output order, each tagged with the unit (record or batch) it came from.
+    """Elements in output order, each tagged with its origin: the record or batch it came from.
 
-    `origins[j]` is the offset of element `j`'s unit; None means one element
-    per unit, in order: the fast path for maps.
+    `origins[j]` is the offset of element `j`'s origin in the chunk (or batch
+    job); None means one element per origin, in order: the fast path for maps.
     """
 
     __slots__ = ("failure", "items", "origins")
@@ -47,11 +47,26 @@ class Run(abc.ABC):
 
     @abc.abstractmethod
     def rng_of(self, origin: int, seed: int) -> np.random.Generator:
-        """The generator that random operations use for unit `origin`."""
+        """The generator that random operations use for the elements of `origin`."""
 
     @abc.abstractmethod
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
-        """A failure of `what` on unit `origin`, with the unit named in the message."""
+        """A failure of `what` on `origin`, with the record (or batch) named in the message."""
+
+    def drop_leading(self, count: int) -> None:
+        """Drop the first `count` elements, or fewer if the first origin gave fewer.
+
+        Resuming inside a record's elements (a flat-map) or inside a batch's
+        outputs: what the checkpoint's position says was delivered already.
+        """
+        if count == 0:
+            return
+        origins = self.origin_list()
+        drop = 0
+        while drop < count and drop < len(origins) and origins[drop] == 0:
+            drop += 1
+        del self.items[:drop]
+        self.origins = origins[drop:]
 
     def fail(self, j: int, error: BaseException, what: str) -> None:
         """Keep the elements before `j` and record `error` on element `j`."""

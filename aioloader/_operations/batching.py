@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,6 +46,26 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
         raise ValueError(f"cannot batch: {path} has different shapes {shapes}") from error
 
 
+class ElementColumns(Protocol):
+    """Where each element to be batched stands: element `j` of a run, in output order."""
+
+    def position_before(self, j: int) -> Position:
+        """The position of element `j` itself."""
+        ...
+
+    def position_after(self, j: int) -> Position:
+        """The position just past element `j`."""
+        ...
+
+    def record_index(self, j: int) -> int:
+        """The index of the record element `j` came from."""
+        ...
+
+    def record_rng(self, j: int) -> np.random.Generator | None:
+        """That record's generator, if one was made."""
+        ...
+
+
 @dataclass(slots=True)
 class BatchPlan:
     """Batches to form: `groups[b]` are the elements of batch `b`.
@@ -62,6 +82,30 @@ class BatchPlan:
     first: list[int]
     last: list[int]
     last_rng: list[np.random.Generator | None]
+
+    @classmethod
+    def cut(
+        cls, items: list[Any], count: int, size: int, columns: ElementColumns, skip_outputs: int
+    ) -> BatchPlan:
+        """Batches of `size` from the first `count` of `items` (the last one shorter if
+        `count` is not a multiple); the first skips `skip_outputs` outputs (resuming inside it).
+
+        The one place batches are cut: on the workers for the fused plan, by the
+        tail for the tail plan.
+        """
+        bounds = [(b, min(b + size, count)) for b in range(0, count, size)]
+        before = [columns.position_before(b) for b, _ in bounds]
+        if before:
+            index, skip_elements, _ = before[0]
+            before[0] = (index, skip_elements, skip_outputs)
+        return cls(
+            groups=[items[b:e] for b, e in bounds],
+            before=before,
+            after=[columns.position_after(e - 1) for _, e in bounds],
+            first=[columns.record_index(b) for b, _ in bounds],
+            last=[columns.record_index(e - 1) for _, e in bounds],
+            last_rng=[columns.record_rng(e - 1) for _, e in bounds],
+        )
 
 
 class BatchRun(Run):
@@ -110,14 +154,3 @@ class BatchRun(Run):
             else:
                 positions.append(plan.after[origin])
         return positions
-
-    def drop_first_outputs(self) -> None:
-        """Drop `skip_outputs` outputs of the first batch (resuming inside a batch)."""
-        if self.skip_outputs == 0:
-            return
-        origins = self.origin_list()
-        drop = 0
-        while drop < self.skip_outputs and drop < len(origins) and origins[drop] == 0:
-            drop += 1
-        del self.items[:drop]
-        self.origins = origins[drop:]

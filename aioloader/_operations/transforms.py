@@ -153,11 +153,6 @@ class Operations:
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
 
-    @property
-    def uses_rng(self) -> bool:
-        """True when some operation asks for the record's generator."""
-        return any(op.kind is Kind.RANDOM_MAP for op in (*self.before, *self.after))
-
 
 _METHODS = (
     (MapTransform, Kind.MAP, "map"),

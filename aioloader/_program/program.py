@@ -1,4 +1,4 @@
-"""The compiled pipeline: what to do with one unit of work, in steps.
+"""The compiled pipeline: what a worker does with one chunk of records (or one batch job), in steps.
 
 A `Program` turns the user's source, sampler and operations into a plan made
 of *segments*: runs of synchronous steps that a worker executes in one go,
@@ -12,12 +12,14 @@ There are three plans, chosen from the operations:
 * `Batch` after one-to-one operations only ("fused"): batch boundaries are
   known in advance, so a chunk holds whole batches and the workers batch too;
 * `Batch` after a filter or flat-map ("tail"): how many elements a record
-  gives is data, so stage 1 makes elements, the ordered tail on the loop cuts
-  batches, and stage 2 (on the workers again) stacks them and runs the
+  gives is data, so the `RECORDS` stage makes elements, the ordered tail
+  (`TailBatcher`, in whichever thread delivers them in order) cuts batches,
+  and the `BATCHES` stage (on the workers again) stacks them and runs the
   operations after `Batch`.
 
-Steps are named, not closures, so that another interpreter can run them on
-its own copy of the program.
+Steps are named (`Step`), not closures, so that another interpreter can run
+them on its own copy of the program; the tables at the end of this module
+say which method runs each.
 """
 
 from __future__ import annotations
@@ -26,24 +28,22 @@ import asyncio
 import copy
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
-    Position,
     positions_after_elements,
     positions_before_elements,
 )
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
+from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
-from aioloader._program.records import RecordChunk, aread, read
+from aioloader._program.records import RecordChunk, WholeRecords, aread, read
+from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.sampler import IndexSampler
 from aioloader._sources.protocols import is_async_source
 
@@ -56,75 +56,49 @@ class Plan(enum.Enum):
     TAIL = "tail"
 
 
-@dataclass(slots=True)
-class ChunkJob:
-    """Stage-1 work: `count` sampler indices from `start`.
+class Stage(enum.Enum):
+    """The two stages of work: every plan has `RECORDS`; only the tail plan has `BATCHES`.
 
-    `skip` and `skip_outputs` are non-zero only for the first job after a
-    resume inside a record's or a batch's outputs.
+    `RECORDS` takes a `ChunkJob` (sampler indices) to its outputs, or to
+    `Elements` for the tail; `BATCHES` takes a `BatchJob` cut by the tail to
+    its outputs.
     """
 
-    start: int
-    count: int
-    skip: int = 0
-    skip_outputs: int = 0
-
-
-@dataclass(slots=True)
-class BatchJob:
-    """Stage-2 work (tail plan): batches cut by the ordered tail."""
-
-    plan: BatchPlan
-    skip_outputs: int = 0
-    failure: Failure | None = None
-
-
-@dataclass(slots=True)
-class Elements:
-    """Stage-1 result of the tail plan: elements with their positions."""
-
-    items: list[Any]
-    before: list[Position]
-    after: list[Position]
-    indices: list[int]
-    rngs: list[np.random.Generator | None]
-    failure: Failure | None
-
-
-@dataclass(slots=True)
-class Outputs:
-    """Consecutive outputs for the consumer; `after[j]` is the position just past `items[j]`.
-
-    `failure`, if any, is raised once every item has been delivered.
-    """
-
-    items: list[Any]
-    after: Sequence[Position]
-    failure: Failure | None
-
-
-Step = tuple[str, int]
+    RECORDS = "records"
+    BATCHES = "batches"
 
 
 @dataclass(frozen=True)
 class Segment:
     """Steps run together: on a worker (`on_loop=False`) or awaited on the loop."""
 
-    steps: tuple[Step, ...]
+    steps: tuple[StepCall, ...]
     on_loop: bool
 
 
 class Program:
-    """The source, sampler and operations, and the segments of each stage."""
+    """The source, sampler and operations, and the segments of each stage (`segments[stage]`).
 
-    def __init__(self, source: Any, sampler: IndexSampler, operations: Operations, read_threads: int) -> None:
+    `read_threads` bounds the reads and `async def` maps awaited at once;
+    `read_pool`, given with worker threads, reads slow sources concurrently
+    (see `read_pool`); without it, every read is the worker's own.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        sampler: IndexSampler,
+        operations: Operations,
+        read_threads: int,
+        read_pool: ReadPool | None = None,
+    ) -> None:
         self.source, self.sampler, self.operations = source, sampler, operations
         self.seed = sampler.seed
         self.read_threads = read_threads
+        self.read_pool = read_pool
         self.plan = _choose_plan(operations)
-        self.stages = _segments(self.plan, operations, is_async_source(source))
+        self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
-        self.read_pool: ReadPool | None = None  # set by engines with worker threads
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations and sampler, the same source.
@@ -138,24 +112,24 @@ class Program:
         clone.sampler = copy.deepcopy(self.sampler)
         return clone
 
-    def run_segment(self, stage: int, segment: int, payload: Any) -> Any:
+    def run_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Run one synchronous segment on `payload` (called on a worker)."""
-        return self.run_steps(self.stages[stage][segment].steps, payload)
+        return self.run_steps(self.segments[stage][segment].steps, payload)
 
-    def run_steps(self, steps: Sequence[Step], payload: Any) -> Any:
+    def run_steps(self, steps: Sequence[StepCall], payload: Any) -> Any:
         """Run synchronous `steps` in order on `payload`: a segment, or the part of
         one that an executor keeps in this interpreter."""
-        for name, arg in steps:
-            payload = getattr(self, f"_step_{name}")(arg, payload)
+        for step, arg in steps:
+            payload = _SYNC_STEPS[step](self, arg, payload)
         return payload
 
-    async def arun_segment(self, stage: int, segment: int, payload: Any) -> Any:
+    async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Await one asynchronous segment on `payload` (called on the loop)."""
-        for name, arg in self.stages[stage][segment].steps:
-            payload = await getattr(self, f"_astep_{name}")(arg, payload)
+        for step, arg in self.segments[stage][segment].steps:
+            payload = await _ASYNC_STEPS[step](self, arg, payload)
         return payload
 
-    # Synchronous steps: (arg, payload) -> payload.
+    # Synchronous steps: (arg, payload) -> payload (see `_SYNC_STEPS`).
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
         keys = self.sampler.record_keys(job.start, job.start + job.count)
@@ -184,7 +158,7 @@ class Program:
         return run
 
     def _step_records_out(self, _: int, chunk: RecordChunk) -> Outputs:
-        chunk.drop_skipped()
+        chunk.drop_leading(chunk.skip)
         stop = chunk.start + len(chunk.keys)
         if chunk.origins is None:
             return Outputs(chunk.items, EvenPositions(chunk.start, 1, len(chunk.items), stop), chunk.failure)
@@ -193,7 +167,7 @@ class Program:
         )
 
     def _step_elements_out(self, _: int, chunk: RecordChunk) -> Elements:
-        chunk.drop_skipped()
+        chunk.drop_leading(chunk.skip)
         origins = chunk.origin_list()
         rngs = [None if chunk.rngs is None else chunk.rngs[o] for o in origins]
         return Elements(
@@ -208,20 +182,12 @@ class Program:
     def _step_fuse(self, _: int, chunk: RecordChunk) -> BatchRun:
         batch = self.operations.batch
         assert batch is not None
-        size, items, start = batch.batch_size, chunk.items, chunk.start
+        size, items = batch.batch_size, chunk.items
+        # A short batch only at the sampler's end: not before a failure, nor with drop_remainder.
         complete = len(items) if chunk.failure is None else len(items) // size * size
         if batch.drop_remainder:
             complete = len(items) // size * size
-        bounds = [(b, min(b + size, complete)) for b in range(0, complete, size)]
-        rngs = chunk.rngs
-        plan = BatchPlan(
-            groups=[items[b:e] for b, e in bounds],
-            before=[(start + b, 0, chunk.skip_outputs if b == 0 else 0) for b, _ in bounds],
-            after=[(start + e, 0, 0) for _, e in bounds],
-            first=[start + b for b, _ in bounds],
-            last=[start + e - 1 for _, e in bounds],
-            last_rng=[None if rngs is None else rngs[e - 1] for _, e in bounds],
-        )
+        plan = BatchPlan.cut(items, complete, size, WholeRecords(chunk), chunk.skip_outputs)
         return BatchRun(plan, batch, chunk.skip_outputs, chunk.failure)
 
     def _step_batch(self, _: int, job: BatchJob) -> BatchRun:
@@ -229,10 +195,10 @@ class Program:
         return BatchRun(job.plan, self.operations.batch, job.skip_outputs, job.failure)
 
     def _step_batches_out(self, _: int, run: BatchRun) -> Outputs:
-        run.drop_first_outputs()
+        run.drop_leading(run.skip_outputs)
         return Outputs(run.items, run.positions_after(), run.failure)
 
-    # Asynchronous steps, awaited on the loop.
+    # Asynchronous steps, awaited on the loop (see `_ASYNC_STEPS`).
 
     def _read_limit(self) -> asyncio.Semaphore:
         if self._limit is None:
@@ -258,34 +224,49 @@ def _choose_plan(operations: Operations) -> Plan:
     return Plan.FUSED if all(op.one_to_one for op in operations.before) else Plan.TAIL
 
 
-def _op_steps(ops: list[Op], name: str) -> list[tuple[Step, bool]]:
-    return [
-        ((("a" + name) if op.kind is Kind.ASYNC_MAP else name, i), op.kind is Kind.ASYNC_MAP)
-        for i, op in enumerate(ops)
-    ]
+def _op_steps(ops: list[Op], step: Step, awaited: Step) -> list[StepCall]:
+    return [(awaited if op.kind is Kind.ASYNC_MAP else step, i) for i, op in enumerate(ops)]
 
 
-def _segments(plan: Plan, operations: Operations, async_source: bool) -> list[list[Segment]]:
+def _segments(plan: Plan, operations: Operations, async_source: bool) -> dict[Stage, list[Segment]]:
     """Group each stage's steps into segments (see `Segment`)."""
-    first: list[tuple[Step, bool]] = [
-        (("keys", 0), False),
-        (("aread", 0), True) if async_source else (("read", 0), False),
-    ]
-    first += _op_steps(operations.before, "before")
+    first: list[StepCall] = [(Step.KEYS, 0), (Step.AREAD if async_source else Step.READ, 0)]
+    first += _op_steps(operations.before, Step.BEFORE, Step.ABEFORE)
     if plan is Plan.RECORDS:
-        return [_group([*first, (("records_out", 0), False)])]
-    after = _op_steps(operations.after, "after")
+        return {Stage.RECORDS: _group([*first, (Step.RECORDS_OUT, 0)])}
+    after = _op_steps(operations.after, Step.AFTER, Step.AAFTER)
     if plan is Plan.FUSED:
-        return [_group([*first, (("fuse", 0), False), *after, (("batches_out", 0), False)])]
-    second = [(("batch", 0), False), *after, (("batches_out", 0), False)]
-    return [_group([*first, (("elements_out", 0), False)]), _group(second)]
+        return {Stage.RECORDS: _group([*first, (Step.FUSE, 0), *after, (Step.BATCHES_OUT, 0)])}
+    second = [(Step.BATCH, 0), *after, (Step.BATCHES_OUT, 0)]
+    return {Stage.RECORDS: _group([*first, (Step.ELEMENTS_OUT, 0)]), Stage.BATCHES: _group(second)}
 
 
-def _group(steps: list[tuple[Step, bool]]) -> list[Segment]:
+def _group(calls: list[StepCall]) -> list[Segment]:
+    """Consecutive synchronous steps make one segment; each awaited step is a segment of its own."""
     segments: list[Segment] = []
-    for step, on_loop in steps:
-        if segments and segments[-1].on_loop == on_loop and not on_loop:
-            segments[-1] = Segment((*segments[-1].steps, step), on_loop)
+    for call in calls:
+        on_loop = call[0].on_loop
+        if segments and not on_loop and not segments[-1].on_loop:
+            segments[-1] = Segment((*segments[-1].steps, call), on_loop)
         else:
-            segments.append(Segment((step,), on_loop))
+            segments.append(Segment((call,), on_loop))
     return segments
+
+
+# Which method runs each step: every step has exactly one, in one of the two tables.
+_SYNC_STEPS: dict[Step, Callable[[Program, int, Any], Any]] = {
+    Step.KEYS: Program._step_keys,
+    Step.READ: Program._step_read,
+    Step.BEFORE: Program._step_before,
+    Step.AFTER: Program._step_after,
+    Step.RECORDS_OUT: Program._step_records_out,
+    Step.ELEMENTS_OUT: Program._step_elements_out,
+    Step.FUSE: Program._step_fuse,
+    Step.BATCH: Program._step_batch,
+    Step.BATCHES_OUT: Program._step_batches_out,
+}
+_ASYNC_STEPS: dict[Step, Callable[[Program, int, Any], Awaitable[Any]]] = {
+    Step.AREAD: Program._astep_aread,
+    Step.ABEFORE: Program._astep_abefore,
+    Step.AAFTER: Program._astep_aafter,
+}

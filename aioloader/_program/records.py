@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from aioloader._common.failures import Failure
+from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import record_rng
 
@@ -40,16 +41,29 @@ class RecordChunk(Run):
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_record(error, what, self.start + origin, self.keys[origin])
 
-    def drop_skipped(self) -> None:
-        """Drop the first `skip` elements of the first record (resuming mid-record)."""
-        if self.skip == 0:
-            return
-        origins = self.origin_list()
-        drop = 0
-        while drop < self.skip and drop < len(origins) and origins[drop] == 0:
-            drop += 1
-        del self.items[:drop]
-        self.origins = origins[drop:]
+
+class WholeRecords:
+    """The `ElementColumns` of a chunk whose elements are its records, one each, in order.
+
+    A fused chunk is one: its operations before `Batch` are one-to-one.
+    """
+
+    __slots__ = ("_rngs", "_start")
+
+    def __init__(self, chunk: RecordChunk) -> None:
+        self._start, self._rngs = chunk.start, chunk.rngs
+
+    def position_before(self, j: int) -> Position:
+        return (self._start + j, 0, 0)
+
+    def position_after(self, j: int) -> Position:
+        return (self._start + j + 1, 0, 0)
+
+    def record_index(self, j: int) -> int:
+        return self._start + j
+
+    def record_rng(self, j: int) -> np.random.Generator | None:
+        return None if self._rngs is None else self._rngs[j]
 
 
 def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] = map) -> None:

@@ -19,8 +19,8 @@ def record_rng(seed: int, index: int) -> np.random.Generator:
 class RecordMetadata:
     """One position of the sampler's output.
 
-    `index` is the global position in the output order (the unit of
-    checkpoints), `record_key` the key given to the data source, and `rng` a
+    `index` is the global position in the output order (what
+    checkpoints count), `record_key` the key given to the data source, and `rng` a
     generator that belongs to this record alone. When the sampler makes the
     metadata, the generator is created on first access only, since most
     pipelines never ask for it.

@@ -13,7 +13,9 @@ generator from their index, and fused chunks always hold whole batches.
 from __future__ import annotations
 
 from aioloader._common.positions import Position
-from aioloader._program.program import ChunkJob
+from aioloader._program.jobs import ChunkJob
+from aioloader._program.program import Plan, Program
+from aioloader._scheduling.tail import TailBatcher
 
 TARGET_SECONDS = 0.001
 FIRST_CHUNK_RECORDS = 1
@@ -22,14 +24,15 @@ FIRST_CHUNK_RECORDS = 1
 class ChunkPlanner:
     """Cuts the sampler's indices from a position into `ChunkJob`s.
 
-    `unit` is the batch size when chunks must hold whole batches (else 1);
+    `multiple` is the batch size when chunks must hold whole batches (else 1):
+    every chunk but the sampler's last holds a multiple of it;
     `max_records` caps a chunk so that several fit in the prefetch window.
     """
 
-    def __init__(self, position: Position, length: int | None, unit: int, max_records: int) -> None:
+    def __init__(self, position: Position, length: int | None, multiple: int, max_records: int) -> None:
         self._next, self._skip, self._skip_outputs = position
-        self._length, self._unit = length, unit
-        self._max = max(unit, max_records // unit * unit)
+        self._length, self._multiple = length, multiple
+        self._max = max(multiple, max_records // multiple * multiple)
         self._seconds_per_record: float | None = None
 
     def observe(self, records: int, seconds: float) -> None:
@@ -41,13 +44,13 @@ class ChunkPlanner:
         self._seconds_per_record = sample if previous is None else 0.7 * previous + 0.3 * sample
 
     def next_size(self) -> int:
-        """How many records the next chunk should hold (a multiple of `unit`)."""
+        """How many records the next chunk should hold (a multiple of `multiple`)."""
         if self._seconds_per_record is None:
             wanted = FIRST_CHUNK_RECORDS
         else:
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
-        units = max(1, -(-wanted // self._unit))
-        return min(units * self._unit, self._max)
+        multiples = max(1, -(-wanted // self._multiple))
+        return min(multiples * self._multiple, self._max)
 
     def peek(self) -> int:
         """How many records the next chunk will hold; 0 once the sampler is exhausted."""
@@ -64,3 +67,19 @@ class ChunkPlanner:
         self._next += count
         self._skip = self._skip_outputs = 0
         return job
+
+
+def plan_chunks(
+    program: Program, position: Position, max_records: int
+) -> tuple[ChunkPlanner, TailBatcher | None]:
+    """How both drivers cut `program`'s work from `position`: its chunk planner, and its tail.
+
+    Fused chunks hold whole batches (their sizes are multiples of the batch
+    size); the tail plan cuts batches after the `RECORDS` stage, starting
+    with the `skip_outputs` of `position`.
+    """
+    batch = program.operations.batch
+    multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+    planner = ChunkPlanner(position, program.sampler.length, multiple, max_records)
+    tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
+    return planner, tail

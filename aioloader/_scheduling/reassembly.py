@@ -36,6 +36,3 @@ class OrderedResults(Generic[R]):
     def clear(self) -> None:
         """Drop every stored result (the pipeline is closing)."""
         self._done.clear()
-
-    def __len__(self) -> int:
-        return len(self._done)

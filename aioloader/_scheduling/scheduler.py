@@ -1,17 +1,18 @@
-"""The concurrent pipeline's scheduler: jobs, windows and ordered results, thread-safe.
+"""The scheduler of the threaded pipeline: jobs, windows and ordered results, thread-safe.
 
-    ChunkPlanner --chunks--> workers: stage 1 (read + per-record ops [+ batches])
+    ChunkPlanner --chunks--> workers: RECORDS stage (read + per-record ops [+ batches])
         --> OrderedResults --> consumer
-    tail plan only:  stage 1 --> OrderedResults --> TailBatcher --batches--> workers: stage 2
-        --> OrderedResults --> consumer
+    tail plan only:  RECORDS stage --> OrderedResults --> TailBatcher --batches-->
+        workers: BATCHES stage --> OrderedResults --> consumer
 
 Workers pull their work here (`next_work`), so nothing coordinates a chunk but
 one short critical section on each side: a worker takes a job when the window
 has room and puts its result back; the consumer takes results in order and
-releases their window units. Jobs whose next segment is asynchronous (async
+releases their window weight. Jobs whose next segment is asynchronous (async
 sources, `async def` maps) go to an event loop through an `AsyncRunner` and
 come back as resumable work. Everything here is quick bookkeeping under one
-lock; no user code runs under it.
+lock; no user code runs under it. Methods whose names end in `_locked` must
+be called holding that lock.
 """
 
 from __future__ import annotations
@@ -24,23 +25,12 @@ from typing import Any, Protocol
 from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
-from aioloader._program.program import Outputs, Plan, Program
-from aioloader._scheduling.planner import ChunkPlanner
+from aioloader._program.jobs import Outputs
+from aioloader._program.program import Program, Stage
+from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
-from aioloader._scheduling.tail import TailBatcher
 from aioloader._scheduling.window import Window
-
-
-@dataclass(slots=True)
-class Work:
-    """One job on its way through a stage's segments."""
-
-    stage: int
-    seq: int
-    segment: int
-    payload: Any
-    weight: int
-    seconds: float = 0.0
+from aioloader._scheduling.work import Place, Work
 
 
 class AsyncRunner(Protocol):
@@ -51,6 +41,9 @@ class AsyncRunner(Protocol):
 
 @dataclass
 class _Stage:
+    """The bookkeeping of one stage: its window, its results in order, and its jobs."""
+
+    name: Stage
     window: Window
     results: OrderedResults[Any] = field(default_factory=OrderedResults)
     pending: deque[tuple[Any, int]] = field(default_factory=deque)  # jobs cut by the tail
@@ -61,7 +54,7 @@ class _Stage:
         return self.exhausted and not self.pending and self.results.next == self.issued
 
 
-class Pipeline:
+class Scheduler:
     """Work for the workers and outputs for the consumer, in order, within the windows."""
 
     def __init__(self, program: Program, position: Position, read_options: ReadOptions, workers: int) -> None:
@@ -69,15 +62,15 @@ class Pipeline:
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
-        batch, capacity = program.operations.batch, read_options.prefetch_buffer_size
-        unit = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
+        capacity = read_options.prefetch_buffer_size
         # Several chunks per worker must fit in the window, or workers starve.
-        self._planner = ChunkPlanner(position, program.sampler.length, unit, capacity // (workers + 1))
-        self._stages = [_Stage(Window(capacity))]
-        self._tail: TailBatcher | None = None
-        if program.plan is Plan.TAIL and batch is not None:
-            self._tail = TailBatcher(batch, position[2])
-            self._stages.append(_Stage(Window(max(1, capacity // batch.batch_size))))
+        self._planner, self._tail = plan_chunks(program, position, capacity // (workers + 1))
+        self.records = _Stage(Stage.RECORDS, Window(capacity))
+        self.batches: _Stage | None = None  # the tail plan's second stage
+        if self._tail is not None:
+            self.batches = _Stage(Stage.BATCHES, Window(max(1, capacity // self._tail.batch_size)))
+        # The stage whose results the consumer takes.
+        self._final = self.records if self.batches is None else self.batches
         self._resumable: deque[Work] = deque()
         self._measuring = False  # the first chunk is out: size the others from its cost
         self._closed = False
@@ -91,88 +84,86 @@ class Pipeline:
     @property
     def needs_async_runner(self) -> bool:
         """True when some segment must be awaited on an event loop."""
-        return any(segment.on_loop for stage in self.program.stages for segment in stage)
+        return any(segment.on_loop for stage in self.program.segments.values() for segment in stage)
 
     # The workers' side.
 
-    def next_work(self) -> Work | None:
-        """The next piece of work for a worker (blocking); None once the pipeline is closed."""
+    def next_work(self, wait: bool = True) -> Work | None:
+        """The next piece of work for a worker; None once the scheduler is closed.
+
+        Waits for work unless `wait` is false: then None also means that no
+        work may start now (a driver that polls, or a test driving by hand).
+        """
         with self._lock:
             while not self._closed:
-                work = self._resumable.popleft() if self._resumable else self._new_work()
-                if work is not None:
+                work = self._resumable.popleft() if self._resumable else self._new_work_locked()
+                if work is not None or not wait:
                     return work
                 self._work_ready.wait()
             return None
 
-    def _new_work(self) -> Work | None:
+    def _new_work_locked(self) -> Work | None:
         # Batches first: they are closer to the consumer than new chunks.
-        if self._tail is not None:
-            stage = self._stages[1]
-            if stage.pending and stage.window.fits(stage.pending[0][1]):
-                work = self._issue(1, *stage.pending.popleft())
-                self._after_records_progress()  # room to cut the next batches
-                return work
-        stage = self._stages[0]
-        if self._measuring or stage.exhausted:
+        batches = self.batches
+        if batches is not None and batches.pending and batches.window.fits(batches.pending[0][1]):
+            work = self._issue_locked(batches, *batches.pending.popleft())
+            self._after_records_progress_locked()  # room to cut the next batches
+            return work
+        records = self.records
+        if self._measuring or records.exhausted:
             return None
-        if not stage.window.fits(self._planner.peek()):
+        if not records.window.fits(self._planner.peek()):
             return None
         job = self._planner.next_job()
         if job is None:
-            stage.exhausted = True
-            self._after_records_progress()
-            return self._new_work()  # the tail's last batches may be waiting now
-        self._measuring = stage.issued == 0
-        return self._issue(0, job, job.count)
+            records.exhausted = True
+            self._after_records_progress_locked()
+            return self._new_work_locked()  # the tail's last batches may be waiting now
+        self._measuring = records.issued == 0
+        return self._issue_locked(records, job, job.count)
 
-    def _issue(self, index: int, job: Any, weight: int) -> Work:
-        stage = self._stages[index]
+    def _issue_locked(self, stage: _Stage, job: Any, weight: int) -> Work:
         stage.window.take(weight)
         stage.issued += 1
-        return Work(index, stage.issued - 1, 0, job, weight)
+        return Work(stage.name, stage.issued - 1, job, weight)
 
-    def advance(self, work: Work, payload: Any, seconds: float) -> None:
-        """Record that `work`'s current segment gave `payload` in `seconds`; schedule what is next."""
-        work.payload, work.seconds, work.segment = payload, work.seconds + seconds, work.segment + 1
-        self.resume(work)
-
-    def resume(self, work: Work) -> None:
-        """Send `work` on to its segment `work.segment`, or complete it if it has none left."""
-        segments = self.program.stages[work.stage]
-        if work.segment < len(segments) and segments[work.segment].on_loop:
+    def advance(self, work: Work) -> None:
+        """Send `work` on after its last segment ran (any thread): to the event loop,
+        back to the workers, or, with no segment left, to the ordered results."""
+        place = work.place(self.program)
+        if place is Place.LOOP:
             assert self._async_runner is not None, "a program with async segments needs an AsyncRunner"
             self._async_runner.submit(work)
             return
         with self._lock:
             if self._closed:
                 return  # nobody will take it: keep nothing
-            if work.segment < len(segments):
+            if place is Place.WORKER:
                 self._resumable.append(work)
                 self._work_ready.notify()
             else:
-                self._complete(work)
+                self._complete_locked(work)
 
-    def _complete(self, work: Work) -> None:
-        stage = self._stages[work.stage]
+    def _complete_locked(self, work: Work) -> None:
+        stage = self.records if work.stage is Stage.RECORDS else self._final  # BATCHES: the final stage
         stage.results.put(work.seq, work.payload, work.weight)
-        if work.stage == 0:
+        if work.stage is Stage.RECORDS:
             self._planner.observe(work.weight, work.seconds)
             if self._measuring:
                 self._measuring = False
                 self._work_ready.notify_all()
             if self._tail is not None:
-                self._after_records_progress()
+                self._after_records_progress_locked()
                 return
         if stage.results.ready():
-            self._wake_consumer()
+            self._wake_consumer_locked()
 
-    def _after_records_progress(self) -> None:
-        """Tail plan: move stage-1 results, in order, through the tail into batch jobs."""
-        if self._tail is None:
-            self._wake_consumer()  # the end may have come
+    def _after_records_progress_locked(self) -> None:
+        """Tail plan: move RECORDS results, in order, through the tail into batch jobs."""
+        records, batches = self.records, self.batches
+        if self._tail is None or batches is None:
+            self._wake_consumer_locked()  # the end may have come
             return
-        records, batches = self._stages
         # Cut batches only once the last ones went to the workers: elements wait
         # in the record window, which bounds them, rather than in `pending`.
         while records.results.ready() and not self._tail.failed and not batches.pending:
@@ -185,7 +176,7 @@ class Pipeline:
             batches.pending.extend((job, len(job.plan.groups)) for job in self._tail.finish())
             batches.exhausted = records.exhausted = True
         self._work_ready.notify_all()
-        self._wake_consumer()
+        self._wake_consumer_locked()
 
     def fail(self, error: BaseException) -> None:
         """A worker or the loop met an error that is not the user's data: stop, and tell the consumer."""
@@ -193,7 +184,7 @@ class Pipeline:
             self._broken = self._broken or error
             self._closed = True
             self._work_ready.notify_all()
-            self._wake_consumer()
+            self._wake_consumer_locked()
 
     # The consumer's side.
 
@@ -203,48 +194,53 @@ class Pipeline:
         Hand the weight back with `release` once the outputs are delivered.
         """
         with self._lock:
-            while not self._answerable():
+            while not self._answerable_locked():
                 self._result_ready.wait()
-            return self._answer()
+            return self._answer_locked()
+
+    def has_answer(self) -> bool:
+        """True when `get` would return at once: the next outputs in order, the end, or an error."""
+        with self._lock:
+            return self._answerable_locked()
 
     async def aget(self) -> tuple[Outputs, int] | None:
         """`get` for a consumer on an event loop: waits without blocking the loop."""
         while True:
             with self._lock:
-                if self._answerable():
-                    return self._answer()
+                if self._answerable_locked():
+                    return self._answer_locked()
                 waiter = self._result_ready.arm()
             await waiter
 
-    def _answerable(self) -> bool:
-        final = self._stages[-1]
+    def _answerable_locked(self) -> bool:
+        final = self._final
         return self._broken is not None or final.results.ready() or self._closed or final.drained()
 
-    def _answer(self) -> tuple[Outputs, int] | None:
-        """The next result, or None at the end (after `_answerable`)."""
+    def _answer_locked(self) -> tuple[Outputs, int] | None:
+        """The next result, or None at the end (after `_answerable_locked`)."""
         if self._broken is not None:
             raise self._broken
-        final = self._stages[-1]
+        final = self._final
         return final.results.take() if final.results.ready() else None
 
-    def _wake_consumer(self) -> None:
+    def _wake_consumer_locked(self) -> None:
         self._result_ready.wake()
 
     def release(self, weight: int) -> None:
-        """Give back the window units of outputs the consumer has delivered."""
+        """Give back the window weight of outputs the consumer has delivered."""
         with self._lock:
-            self._stages[-1].window.release(weight)
+            self._final.window.release(weight)
             self._work_ready.notify_all()
 
     def close(self) -> None:
         """Stop handing out work and drop every result; idempotent, any thread."""
         with self._lock:
             self._closed = True
-            for stage in self._stages:
+            for stage in (self.records, self._final):
                 stage.results.clear()
                 stage.pending.clear()
             self._resumable.clear()
             if self._tail is not None:
                 self._tail.clear()
             self._work_ready.notify_all()
-            self._wake_consumer()
+            self._wake_consumer_locked()

@@ -18,10 +18,10 @@ class WindowStatistics(NamedTuple):
 
 
 class Window:
-    """At most `capacity` units (records or batches) in flight.
+    """At most `capacity` weight in flight; a job's weight is its records, or its batches.
 
     A request bigger than the capacity fits when nothing else is in flight,
-    so that one oversized unit of work cannot stall the pipeline.
+    so that one oversized job cannot stall the pipeline.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -29,16 +29,16 @@ class Window:
         self._in_use = self._peak = 0
 
     def fits(self, weight: int) -> bool:
-        """True when `weight` more units may be taken now."""
+        """True when `weight` more may be taken now."""
         return self._in_use == 0 or self._in_use + weight <= self.capacity
 
     def take(self, weight: int) -> None:
-        """Count `weight` more units in flight (after `fits`)."""
+        """Count `weight` more in flight (after `fits`)."""
         self._in_use += weight
         self._peak = max(self._peak, self._in_use)
 
     def release(self, weight: int) -> None:
-        """Count `weight` units as no longer in flight."""
+        """Count `weight` as no longer in flight."""
         self._in_use -= weight
 
     def statistics(self) -> WindowStatistics:

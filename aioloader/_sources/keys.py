@@ -1,8 +1,8 @@
-"""Record keys over consecutive units (files, chunks, row groups), and reads grouped by unit.
+"""Record keys over consecutive storage blocks (files, chunks, row groups), and reads grouped by block.
 
-Storage formats keep records in units that are read or decoded whole. A key
-maps to (unit, offset within the unit); a batch of keys is read with one
-call per distinct unit, and the results are put back in key order.
+Storage formats keep records in blocks that are read or decoded whole. A key
+maps to (block, offset within the block); a batch of keys is read with one
+call per distinct block, and the results are put back in key order.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ T = TypeVar("T")
 
 
 class KeyIndex:
-    """Keys `[0, total)` laid over units of `counts[u]` records each, in order.
+    """Keys `[0, total)` laid over blocks of `counts[b]` records each, in order.
 
-    Immutable, so safe to share between threads. When every unit but the
+    Immutable, so safe to share between threads. When every block but the
     last holds the same number of records (the usual layout), a lookup is a
     division; otherwise it is a binary search.
     """
@@ -38,23 +38,23 @@ class KeyIndex:
         return len(self.counts)
 
     def locate(self, key: Any) -> tuple[int, int]:
-        """(unit, offset in that unit) of `key`; IndexError outside `[0, total)`."""
+        """(block, offset in that block) of `key`; IndexError outside `[0, total)`."""
         index = require_key(key, self.total)
         if self._stride:
             return divmod(index, self._stride)
-        unit = bisect_right(self._ends, index)
-        return unit, index - int(self.starts[unit])
+        block = bisect_right(self._ends, index)
+        return block, index - int(self.starts[block])
 
     def locate_many(self, keys: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Units and offsets of `keys`, as two int64 arrays."""
+        """Blocks and offsets of `keys`, as two int64 arrays."""
         array = np.asarray(keys, dtype=np.int64).reshape(-1)
         if len(array) and (array.min() < 0 or array.max() >= self.total):
             bad = array[(array < 0) | (array >= self.total)][0]
             raise IndexError(f"`keys` must be in [0, {self.total}), got {int(bad)}.")
         if self._stride:
             return array // self._stride, array % self._stride
-        units = np.searchsorted(self.starts, array, side="right") - 1
-        return units, array - self.starts[units]
+        blocks = np.searchsorted(self.starts, array, side="right") - 1
+        return blocks, array - self.starts[blocks]
 
 
 def require_key(key: Any, total: int) -> int:
@@ -66,22 +66,22 @@ def require_key(key: Any, total: int) -> int:
 
 
 def read_grouped(
-    units: np.ndarray, offsets: np.ndarray, read: Callable[[int, list[int]], list[T]]
+    blocks: np.ndarray, offsets: np.ndarray, read: Callable[[int, list[int]], list[T]]
 ) -> list[T]:
-    """`read(unit, offsets)` once per distinct unit; the results in the order of the inputs."""
-    if not len(units):
+    """`read(block, offsets)` once per distinct block; the results in the order of the inputs."""
+    if not len(blocks):
         return []
-    if units[0] == units[-1] and bool(np.all(units == units[0])):
-        return read(int(units[0]), offsets.tolist())
-    order = np.argsort(units, kind="stable")
-    cuts = np.flatnonzero(np.diff(units[order])) + 1
-    if len(cuts) == len(units) - 1:  # a unit per key (one record per chunk): nothing to group
+    if blocks[0] == blocks[-1] and bool(np.all(blocks == blocks[0])):
+        return read(int(blocks[0]), offsets.tolist())
+    order = np.argsort(blocks, kind="stable")
+    cuts = np.flatnonzero(np.diff(blocks[order])) + 1
+    if len(cuts) == len(blocks) - 1:  # a block per key (one record per chunk): nothing to group
         return [
-            read(unit, [offset])[0] for unit, offset in zip(units.tolist(), offsets.tolist(), strict=True)
+            read(block, [offset])[0] for block, offset in zip(blocks.tolist(), offsets.tolist(), strict=True)
         ]
-    results: list[Any] = [None] * len(units)
+    results: list[Any] = [None] * len(blocks)
     for group in np.split(order, cuts):
         slots = group.tolist()
-        for slot, value in zip(slots, read(int(units[slots[0]]), offsets[group].tolist()), strict=True):
+        for slot, value in zip(slots, read(int(blocks[slots[0]]), offsets[group].tolist()), strict=True):
             results[slot] = value
     return results

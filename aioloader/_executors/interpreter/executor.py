@@ -34,10 +34,12 @@ from typing import Any
 
 from aioloader._executors.interpreter.subinterpreters import Subinterpreter, SubinterpreterError, unavailable
 from aioloader._executors.interpreter.worker import PROTOCOL, failure_of, load, pickle_chunk, serve
-from aioloader._executors.threads import RunnerFactory, SegmentRunner
+from aioloader._executors.threads import RunnerFactory
 from aioloader._operations.transforms import Kind, Op, Operations
-from aioloader._program.program import Program, Step
+from aioloader._program.program import Program, Stage
 from aioloader._program.records import RecordChunk
+from aioloader._program.steps import Step, StepCall
+from aioloader._scheduling.work import SegmentRunner
 from aioloader._sources.protocols import is_async_source
 
 # A source that pickles to more than this (an in-memory dataset) is read in the
@@ -45,7 +47,7 @@ from aioloader._sources.protocols import is_async_source
 SOURCE_LIMIT = 1 << 20
 _KINDS_THERE = (Kind.MAP, Kind.FILTER, Kind.FLAT_MAP)
 
-Route = list[tuple[bool, tuple[Step, ...]]]  # runs of steps, each: in the subinterpreter?
+Route = list[tuple[bool, tuple[StepCall, ...]]]  # runs of steps, each: in the subinterpreter?
 
 
 def runs_there(op: Op) -> bool:
@@ -141,17 +143,17 @@ class _Runner:
     def __init__(self, program: Program, interpreter: Subinterpreter, reads_there: bool) -> None:
         self._program, self._interpreter = program, interpreter
         self._routes = {
-            (s, k): _route(segment.steps, program.operations, reads_there)
-            for s, stage in enumerate(program.stages)
-            for k, segment in enumerate(stage)
+            (stage, k): _route(segment.steps, program.operations, reads_there)
+            for stage, segments in program.segments.items()
+            for k, segment in enumerate(segments)
         }
 
-    def run(self, stage: int, segment: int, payload: Any) -> Any:
+    def run(self, stage: Stage, segment: int, payload: Any) -> Any:
         for there, steps in self._routes[stage, segment]:
             payload = self._run_there(steps, payload) if there else self._program.run_steps(steps, payload)
         return payload
 
-    def _run_there(self, steps: tuple[Step, ...], chunk: RecordChunk) -> RecordChunk:
+    def _run_there(self, steps: tuple[StepCall, ...], chunk: RecordChunk) -> RecordChunk:
         def request(chunk: RecordChunk) -> object:
             return steps, chunk.start, chunk.keys, chunk.items, chunk.origins
 
@@ -163,11 +165,11 @@ class _Runner:
         return chunk
 
 
-def _route(steps: Sequence[Step], operations: Operations, reads_there: bool) -> Route:
-    def there(step: Step) -> bool:
-        name, index = step
-        if name == "read":
+def _route(steps: Sequence[StepCall], operations: Operations, reads_there: bool) -> Route:
+    def there(call: StepCall) -> bool:
+        step, index = call
+        if step is Step.READ:
             return reads_there
-        return name == "before" and runs_there(operations.before[index])
+        return step is Step.BEFORE and runs_there(operations.before[index])
 
     return [(side, tuple(run)) for side, run in itertools.groupby(steps, key=there)]

@@ -5,9 +5,10 @@ it: `load` keeps the source and the operations the main interpreter sent,
 and every `serve` uses them, as a worker thread uses its own copy of the
 program. Both take and return pickled bytes.
 
-* request: `(steps, start, keys, items, origins)`, the steps to run (`read`,
-  `before i`) on a chunk of records: its first index, its keys, and the
-  elements so far with the record each came from;
+* request: `(steps, start, keys, items, origins)`, the steps to run
+  (`Step.READ`, `Step.BEFORE`, see `_STEPS`) on a chunk of records: its
+  first index, its keys, and the elements so far with the record each came
+  from;
 * reply: `(items, origins, error)`, what the steps made of them, and the
   first failure, if any, packed by `pack_error`.
 
@@ -30,6 +31,7 @@ from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, Su
 from aioloader._operations.apply import apply
 from aioloader._operations.transforms import Op
 from aioloader._program.records import RecordChunk, read
+from aioloader._program.steps import Step
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 PackedError = tuple[bytes | None, str, list[str], str]
@@ -76,12 +78,21 @@ def serve(request: bytes) -> bytes:
     steps, start, keys, items, origins = pickle.loads(request)
     chunk = RecordChunk(start, keys)
     chunk.items, chunk.origins = items, origins
-    for name, index in steps:
-        if name == "read":
-            read(_source, chunk)
-        else:
-            apply(_operations[index], chunk, _seed)
+    for step, index in steps:
+        _STEPS[step](index, chunk)
     return pickle_chunk(chunk, _reply, "sending results from a subinterpreter")
+
+
+def _read(_: int, chunk: RecordChunk) -> None:
+    read(_source, chunk)
+
+
+def _before(index: int, chunk: RecordChunk) -> None:
+    apply(_operations[index], chunk, _seed)
+
+
+# The steps that run here (see `aioloader._program.steps`); the executor sends no others.
+_STEPS: dict[Step, Callable[[int, RecordChunk], None]] = {Step.READ: _read, Step.BEFORE: _before}
 
 
 def _reply(chunk: RecordChunk) -> object:

@@ -28,7 +28,6 @@ from aioloader._sources.arrayrecord.wire import read_varint, read_varints
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
 CHUNK_HEADER_SIZE = 40
-USABLE_BLOCK_SIZE = BLOCK_SIZE - BLOCK_HEADER_SIZE
 
 SIMPLE_CHUNK = ord("r")
 
@@ -85,12 +84,6 @@ class Records:
     def nbytes(self) -> int:
         """Memory held, for the chunk cache's bound."""
         return len(self.values) + self.bounds.itemsize * len(self.bounds)
-
-
-def physical_size(position: int, size: int) -> int:
-    """File bytes taken by `size` chunk bytes that start at `position`, block headers included."""
-    overhead_blocks = (size + (position + USABLE_BLOCK_SIZE - 1) % BLOCK_SIZE) // USABLE_BLOCK_SIZE
-    return size + overhead_blocks * BLOCK_HEADER_SIZE
 
 
 def without_block_headers(raw: bytes, position: int) -> bytes:

@@ -1,6 +1,6 @@
 """The training job of tests/test_kill_resume.py: examples/train.py, logging every step.
 
-    python tests/train_job.py LOG [--pause-at STEP] [examples/train.py flags...]
+    python tests/support/train_job.py LOG [--pause-at STEP] [examples/train.py flags...]
 
 Appends one JSON line per step to LOG: the step, a SHA-256 of the batch's
 bytes and the loss (exact, as a hex float). With `--pause-at STEP` it writes

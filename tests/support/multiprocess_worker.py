@@ -1,4 +1,6 @@
-"""One JAX process of tests/test_multiprocess.py: `python tests/multiprocess_worker.py ID COUNT PORT OUT DIR`.
+"""One JAX process of tests/test_multiprocess.py.
+
+    python tests/support/multiprocess_worker.py ID COUNT PORT OUT DIR
 
 It joins a JAX cluster on 127.0.0.1:PORT with 4 CPU devices and gloo
 collectives, iterates a loader sharded by process whose batches become global

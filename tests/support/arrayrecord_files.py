@@ -1,7 +1,7 @@
 """ArrayRecord test files, written by the official `array_record` writer.
 
 The writer only installs on the GIL build, so the free-threaded session runs
-this module in the GIL interpreter (`python -m tests.arrayrecord_files DIR`,
+this module in the GIL interpreter (`python -m tests.support.arrayrecord_files DIR`,
 see the `array_record_dir` fixture); both sides regenerate the expected
 records from the same seeds, so nothing but the files crosses over.
 """

@@ -1,13 +1,13 @@
-"""Transforms and sources for the `executor="interpreter"` tests.
+"""Transforms and sources that the error tests and the `executor="interpreter"` tests share.
 
 Module-level, and in a module that imports no pytest, so that subinterpreters
 load them cheaply by reference. Each records nothing outside itself: a
-subinterpreter has its own copy of this module.
+subinterpreter has its own copy of this module. Some fail on purpose
+(`FailOn`, `RaisesPicky`, `Unpicklable`, `BrokenSource`).
 """
 
 from __future__ import annotations
 
-import gc
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -115,52 +115,6 @@ def count_primes_below(n: int) -> int:
         else:
             found += 1
     return found
-
-
-class Ledger:
-    """Records alive in this interpreter, and how many it holds now (made here, not yet delivered)."""
-
-    # Reentrant: on free-threaded CPython a queued `__del__` can run while the lock is held.
-    lock = threading.RLock()
-    held = peak = alive = 0
-
-    @classmethod
-    def change(cls, held: int = 0, alive: int = 0) -> None:
-        with cls.lock:
-            cls.held += held
-            cls.alive += alive
-            cls.peak = max(cls.peak, cls.held)
-
-    @classmethod
-    def start(cls) -> None:
-        gc.collect()
-        assert cls.alive == 0, f"{cls.alive} records alive before the test"
-        with cls.lock:
-            cls.held = cls.peak = 0
-
-
-class Tracked:
-    """A record counted where it is made; it crosses by being made again (`__reduce__`)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-        Ledger.change(held=+1, alive=+1)
-
-    def __reduce__(self) -> tuple[type[Tracked], tuple[int]]:
-        return Tracked, (self.value,)
-
-    def __del__(self) -> None:
-        Ledger.change(alive=-1)
-
-
-class TrackedSource:
-    def __len__(self) -> int:
-        return 1_000_000
-
-    def __getitem__(self, key: int) -> Tracked:
-        return Tracked(key)
 
 
 class Identity(MapTransform):
