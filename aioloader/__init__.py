@@ -21,11 +21,19 @@ The data sources, one module each (_sources holds the protocols):
                       (_arrayrecord_file over _riegeli, _compression and _wire)
     _parquet          Parquet rows by key, row groups cached within a memory bound (_cache)
     _files            whole files as records, read with async I/O
+    _frames           a Hugging Face `datasets.Dataset` or a Polars DataFrame, by row (_arrow)
+    _sqlite           a SQLite table, by row, through a pool of read-only connections
+
+Grain's Dataset API (_dataset): `MapDataset[T]`, a lazy tree with random access, one
+module per family of transformations (sources, slicing, repeat, shuffle, mapping,
+batching, mixing). Packing sequences into rows is in _operations (packing,
+concat_then_split), as plain algorithms with explicit state.
 
 This file is the public API: everything a user imports comes from here.
 """
 
 from aioloader._common.options import ReadOptions
+from aioloader._dataset.base import MapDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
@@ -41,6 +49,7 @@ from aioloader._sampling.sampler import IndexSampler, SequentialSampler
 from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
 from aioloader._sources.files import FilesDataSource
+from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
 from aioloader._sources.parquet import ParquetDataSource
 from aioloader._sources.protocols import (
     AsyncDataSource,
@@ -48,6 +57,7 @@ from aioloader._sources.protocols import (
     RandomAccessDataSource,
     RangeDataSource,
 )
+from aioloader._sources.sqlite import SQLiteDataSource
 
 __all__ = [
     "ArrayRecordDataSource",
@@ -60,16 +70,20 @@ __all__ = [
     "FilesDataSource",
     "FilterTransform",
     "FlatMapTransform",
+    "HuggingFaceDataSource",
     "InMemoryDataSource",
     "IndexSampler",
+    "MapDataset",
     "MapTransform",
     "NoSharding",
     "ParquetDataSource",
+    "PolarsDataSource",
     "RandomAccessDataSource",
     "RandomMapTransform",
     "RangeDataSource",
     "ReadOptions",
     "RecordMetadata",
+    "SQLiteDataSource",
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",

@@ -24,6 +24,7 @@ DESIGN_NAMES = {
     "Batch",
     "ReadOptions",
     "DataLoader",
+    "MapDataset",
     "ArrayRecordDataSource",
     "ParquetDataSource",
     "FilesDataSource",
