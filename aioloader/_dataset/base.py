@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 import numpy as np
 
 from aioloader._common.validation import require_int
+from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -159,11 +160,13 @@ class MapDataset(abc.ABC, Generic[T]):
 
         return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
+    # The transform objects come first: an overload that takes Any would match every
+    # callable too, and make mypy give up on inferring U from it.
     @overload
-    def map(self, transform: Callable[[T], U]) -> MapDataset[U]: ...
+    def map(self, transform: MapTransform) -> MapDataset[Any]: ...
 
     @overload
-    def map(self, transform: Any) -> MapDataset[Any]: ...
+    def map(self, transform: Callable[[T], U]) -> MapDataset[U]: ...
 
     def map(self, transform: Any) -> MapDataset[Any]:
         """`transform(x)` (a callable, or a MapTransform's `map`) for every element `x`."""
@@ -172,12 +175,12 @@ class MapDataset(abc.ABC, Generic[T]):
         return MapMapDataset(self, transform)
 
     @overload
+    def random_map(self, transform: RandomMapTransform, *, seed: int | None = None) -> MapDataset[Any]: ...
+
+    @overload
     def random_map(
         self, transform: Callable[[T, np.random.Generator], U], *, seed: int | None = None
     ) -> MapDataset[U]: ...
-
-    @overload
-    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]: ...
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
         """`transform(x, rng)` for every element, with a generator that is a pure function of
@@ -186,7 +189,7 @@ class MapDataset(abc.ABC, Generic[T]):
 
         return RandomMapMapDataset(self, transform, seed)
 
-    def filter(self, transform: Callable[[T], Any] | Any) -> MapDataset[T]:
+    def filter(self, transform: Callable[[T], object] | FilterTransform) -> MapDataset[T]:
         """The elements for which `transform` is true; the others become `None` holes,
         which iteration skips (so `len` does not change)."""
         from aioloader._dataset.mapping import FilterMapDataset

@@ -148,7 +148,8 @@ def _require_weights(weights: Any, count: int) -> tuple[float, ...]:
         raise TypeError(f"`weights` must be a sequence of numbers or None, got {weights!r}.")
     if len(weights) != count:
         raise ValueError(f"`weights` must have one weight per dataset ({count}), got {len(weights)}.")
-    values = [float(w) if isinstance(w, numbers.Real) and not isinstance(w, bool) else math.nan for w in weights]
+    real = [isinstance(w, numbers.Real) and not isinstance(w, bool) for w in weights]
+    values = [float(w) if ok else math.nan for w, ok in zip(weights, real, strict=True)]
     if not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"`weights` must be finite numbers greater than 0, got {list(weights)!r}.")
     if not math.isfinite(max(values) * (100 / min(values))):  # as `integer_proportions` scales
