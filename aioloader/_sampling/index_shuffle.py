@@ -1,0 +1,235 @@
+"""Grain's index shuffle: where position `i` lands in a keyed permutation of `[0, max_index]`.
+
+Grain shuffles with a small block cipher and "cycle walking": the Simon
+Feistel structure (round function `(x <<< 1) & (x <<< 8) ^ (x <<< 2)` on
+words of `W` bits) permutes `[0, 2 ** (2 * W))`, and an image above
+`max_index` is encrypted again until it lands in range, which restricts the
+cipher to a permutation of `[0, max_index]`. The block is the even number of
+bits at least `ceil(log2(max_index))`, and at least 16; the round keys are the
+first `rounds` words of C++'s `std::seed_seq{seed}`. This module computes the
+same permutation as Grain 0.2.18 (`grain._src.python.experimental.index_shuffle`),
+for a whole array of positions at once with numpy.
+
+One deliberate difference. Grain sizes the block with `ceil(log2(max_index))`
+in floating point, which is one bit short when `max_index` is itself a power
+of two (a shard of `4 ** k + 1` records, k >= 8: 65,537, 262,145, ...): its
+top position is truncated, lands where position 0 lands, and the value
+`max_index` is never produced, so one record is read twice and one never.
+Here every position that does not fit the block maps to itself, so the
+result is always a permutation; all other positions agree with Grain.
+
+Cycle walking is fast when at least a quarter of the block is in range,
+which holds for every block above the 16-bit minimum. Below it (fewer than
+16,384 positions), the whole permutation is computed at once by pointer
+jumping over the 65,536-entry block and kept: a few milliseconds per
+(max_index, seed), and at most 128 KiB for each of the few kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+MIN_BLOCK_BITS = 16
+_U32 = 0xFFFFFFFF
+_KEPT = 4  # permutations (and keys) kept: a sampler moves through epochs in order
+_FEW = 16  # below this many positions, plain ints beat numpy's fixed cost per call
+_Word = TypeVar("_Word", int, np.ndarray)
+
+
+def index_shuffle(index: int, max_index: int, seed: int, rounds: int = 4) -> int:
+    """Where `index` lands in the permutation of `[0, max_index]` keyed by `seed`.
+
+    Equal to Grain's `index_shuffle(index, max_index, seed, rounds)` (see the
+    module docstring for the one case where Grain's is not a permutation).
+    Raises ValueError for an index out of range or an odd `rounds` below 4.
+    """
+    return int(index_shuffle_array([index], max_index, seed, rounds)[0])
+
+
+def index_shuffle_array(indices: ArrayLike, max_index: int, seed: int, rounds: int = 4) -> np.ndarray:
+    """`index_shuffle` of every position in `indices`, computed together: an int64 array.
+
+    Costs O(len(indices)) time and memory, plus the kept permutation below
+    the 16-bit block (see the module docstring). Thread-safe.
+    """
+    positions = _positions(indices)
+    _check_arguments(positions, max_index, seed, rounds)
+    if max_index == 0:
+        return np.zeros(positions.shape, dtype=np.int64)
+    return _cipher(max_index, seed, rounds).shuffle(positions)
+
+
+def _positions(indices: ArrayLike) -> np.ndarray:
+    array = np.asarray(indices)
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError(f"`indices` must be integers, got an array of {array.dtype}.")
+    return array.astype(np.int64)
+
+
+def _check_arguments(positions: np.ndarray, max_index: int, seed: int, rounds: int) -> None:
+    if isinstance(max_index, bool) or not isinstance(max_index, int) or not 0 <= max_index < 2**63:
+        raise ValueError(f"`max_index` must be an int in [0, 2**63), got {max_index!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _U32:
+        raise ValueError(f"`seed` must be an int in [0, 2**32), got {seed!r}.")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 4 or rounds % 2:
+        raise ValueError(f"`rounds` must be an even int >= 4, got {rounds!r}.")
+    if positions.size and (positions.min() < 0 or positions.max() > max_index):
+        wrong = positions[(positions < 0) | (positions > max_index)][0]
+        raise ValueError(f"`index` must be in [0, max_index={max_index}], got {wrong}.")
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _cipher(max_index: int, seed: int, rounds: int) -> _Cipher:
+    return _Cipher(max_index, seed, rounds)
+
+
+def seed_seq_words(seed: int, count: int) -> list[int]:
+    """The first `count` words of C++'s `std::seed_seq{seed}.generate`, as the C++ standard
+    specifies it ([rand.util.seedseq]): Grain's round keys."""
+    words = [0x8B8B8B8B] * count
+    t = next((t for least, t in ((623, 11), (68, 7), (39, 5), (7, 3)) if count >= least), (count - 1) // 2)
+    p = (count - t) // 2
+    q, m = p + t, max(2, count)  # m = max(number of seeds + 1, count)
+    for k in range(m):
+        mixed = words[k % count] ^ words[(k + p) % count] ^ words[(k - 1) % count]
+        r1 = 1664525 * (mixed ^ (mixed >> 27)) & _U32
+        r2 = (r1 + (1 if k == 0 else k % count + (seed if k == 1 else 0))) & _U32
+        words[(k + p) % count] = (words[(k + p) % count] + r1) & _U32
+        words[(k + q) % count] = (words[(k + q) % count] + r2) & _U32
+        words[k % count] = r2
+    for k in range(m, m + count):
+        mixed = (words[k % count] + words[(k + p) % count] + words[(k - 1) % count]) & _U32
+        r3 = 1566083941 * (mixed ^ (mixed >> 27)) & _U32
+        r4 = (r3 - k % count) & _U32
+        words[(k + p) % count] ^= r3
+        words[(k + q) % count] ^= r4
+        words[k % count] = r4
+    return words
+
+
+def block_bits(max_index: int) -> int:
+    """The cipher's block size in bits for `max_index > 0`, computed as Grain computes it:
+    `ceil(log2(max_index))` in double precision, made even, at least 16."""
+    bits = math.ceil(math.log2(float(max_index)))
+    return max(bits + bits % 2, MIN_BLOCK_BITS)
+
+
+class _Cipher:
+    """The restricted permutation for one (max_index, seed, rounds); immutable once made.
+
+    Words are at most 32 bits, so each half of the block is a uint32 array;
+    for words of up to 16 bits the round function is a lookup table.
+    """
+
+    def __init__(self, max_index: int, seed: int, rounds: int) -> None:
+        bits = block_bits(max_index)
+        self._max, self._word = max_index, bits // 2
+        self._mask = (1 << self._word) - 1
+        self._keys = [key & self._mask for key in seed_seq_words(seed, rounds)]
+        # Positions from here on do not fit the block and map to themselves (see the
+        # module docstring); max_index + 1 when every position fits.
+        self._unfit_from = 1 << bits if max_index >= 1 << bits else max_index + 1
+        self._mix_table = _mix_table(self._word) if self._word <= 16 else None
+        self._permutation = self._whole_permutation() if 4 * (max_index + 1) < 1 << bits else None
+
+    def shuffle(self, positions: np.ndarray) -> np.ndarray:
+        """The images of `positions` (all in `[0, max_index]`), as int64."""
+        if self._permutation is not None:
+            result: np.ndarray = self._permutation[positions]
+            return result
+        if positions.size < _FEW:
+            return np.array([self._one(p) for p in positions.tolist()], dtype=np.int64)
+        values = self._walk(positions.astype(np.uint64))
+        if self._unfit_from <= self._max:
+            values = np.where(positions >= self._unfit_from, positions.astype(np.uint64), values)
+        return values.astype(np.int64)
+
+    def _walk(self, values: np.ndarray) -> np.ndarray:
+        """Encrypt, and encrypt again the images past `max_index` until all are in range."""
+        values = self._encrypt(values)
+        limit = np.uint64(self._max)
+        pending = np.flatnonzero(values > limit)
+        while pending.size:
+            values[pending] = self._encrypt(values[pending])
+            pending = pending[values[pending] > limit]
+        return values
+
+    def _encrypt(self, values: np.ndarray) -> np.ndarray:
+        """One pass of the Simon Feistel rounds over blocks of two words (uint64 in and out)."""
+        word = np.uint64(self._word)
+        left = ((values >> word) & np.uint64(self._mask)).astype(np.uint32)
+        right = (values & np.uint64(self._mask)).astype(np.uint32)
+        for k in range(0, len(self._keys), 2):
+            left ^= self._mix(right) ^ np.uint32(self._keys[k])
+            right ^= self._mix(left) ^ np.uint32(self._keys[k + 1])
+        result: np.ndarray = (left.astype(np.uint64) << word) | right
+        return result
+
+    def _mix(self, x: np.ndarray) -> np.ndarray:
+        if self._mix_table is not None:
+            looked_up: np.ndarray = self._mix_table[x]
+            return looked_up
+        return simon_mix(x, self._word)
+
+    def _one(self, position: int) -> int:
+        """The image of one position, with plain ints: no numpy fixed cost per call."""
+        if position >= self._unfit_from:
+            return position
+        value = self._encrypt_one(position)
+        while value > self._max:
+            value = self._encrypt_one(value)
+        return value
+
+    def _encrypt_one(self, value: int) -> int:
+        word, mask = self._word, self._mask
+        left, right = (value >> word) & mask, value & mask
+        for k in range(0, len(self._keys), 2):
+            left ^= simon_mix(right, word) ^ self._keys[k]
+            right ^= simon_mix(left, word) ^ self._keys[k + 1]
+        return (left << word) | right
+
+    def _whole_permutation(self) -> np.ndarray:
+        """The permutation of `[0, max_index]` when few of the block's values are in range.
+
+        Cycle walking would take thousands of passes. Instead: `jump[y]` is `y`
+        for values in range and the cipher's image otherwise; squaring it
+        (`jump = jump[jump]`) doubles how far each pointer has walked, and
+        values in range stay put, so after at most `bits` squarings each
+        position's image points at the first in-range value along its cycle.
+        """
+        block = np.arange(1 << (2 * self._word), dtype=np.uint64)  # 65,536 values
+        images = self._encrypt(block).astype(np.int64)
+        in_range = np.arange(block.size) <= self._max
+        jump = np.where(in_range, np.arange(block.size), images)
+        starts = images[: self._max + 1]
+        while not in_range[jump[starts]].all():
+            jump = jump[jump]
+        table: np.ndarray = jump[starts]
+        table.flags.writeable = False
+        return table
+
+
+@functools.cache
+def _mix_table(word: int) -> np.ndarray:
+    """`simon_mix` of every word of `word` bits (at most 16: 256 KiB)."""
+    table = simon_mix(np.arange(1 << word, dtype=np.uint32), word)
+    table.flags.writeable = False
+    return table
+
+
+def simon_mix(x: _Word, word: int) -> _Word:
+    """Simon's round function within a word of `word` bits: `(x <<< 1) & (x <<< 8) ^ (x <<< 2)`.
+
+    For a plain int, or elementwise for a uint32 array."""
+    mask = (1 << word) - 1
+
+    def rotate(r: int) -> _Word:
+        return ((x << r) | (x >> (word - r))) & mask
+
+    mixed: _Word = (rotate(1) & rotate(8)) ^ rotate(2)
+    return mixed
