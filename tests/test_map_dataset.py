@@ -189,6 +189,30 @@ def test_an_endless_dataset_cannot_be_repeated_or_concatenated() -> None:
         MapDataset.concatenate([MapDataset.range(2), forever])
 
 
+# Shuffle.
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000, 17_000])
+def test_shuffle_permutes_every_epoch_differently(size: int) -> None:
+    ds = MapDataset.range(size).shuffle(seed=4)
+    epochs = [ds._getitems(list(range(e * size, (e + 1) * size))) for e in range(3)]
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(size))
+    if size >= 5:
+        assert epochs[0] != epochs[1] != epochs[2]
+        assert epochs[0] != list(range(size))
+    spanning = list(range(size - 3, size + 3)) if size > 3 else [0, size]
+    assert ds._getitems(spanning) == [ds[i] for i in spanning]
+
+
+def test_shuffle_needs_a_seed_below_2_to_the_32() -> None:
+    with pytest.raises(ValueError, match=r"`shuffle` requires a seed"):
+        MapDataset.range(3).shuffle()
+    with pytest.raises(ValueError, match=r"`seed` must be less than 2\*\*32 for `shuffle`, got 4294967296"):
+        MapDataset.range(3).shuffle(seed=2**32)
+    assert list(MapDataset.range(3).seed(2**40).shuffle()) != []  # a derived seed always fits
+
+
 # Map, random map, filter.
 
 
