@@ -118,7 +118,11 @@ def test_options_pad_align_and_cap_rows() -> None:
     ids=["first-fit", "best-fit", "one-bin"],
 )
 def test_bin_packing_resumes_after_every_row(make: Callable[[], FirstFitPacker]) -> None:
-    source = token_elements(60)
+    assert_resumes_after_every_row(make, token_elements(60))
+
+
+def assert_resumes_after_every_row(make: Callable[[], Any], source: list[Any]) -> None:
+    """A packer made afresh and given the state after row k gives rows k+1... and their states."""
     full = list(make().pack(source))
     for k, (_, state) in enumerate(full):
         rest = list(make().pack(iter(source[state.start :]), state))
@@ -176,15 +180,7 @@ def test_meta_features_are_copied_whole_into_every_row_of_a_cut_element() -> Non
     ids=["two-features", "pass-through", "meta"],
 )
 def test_split_packing_resumes_after_every_row(make: Callable[[], ConcatThenSplitPacker]) -> None:
-    source = token_elements(30, longest=30, ids=make().layout.lengths.keys() >= {"id"})
-    full = list(make().pack(source))
-    for k, (_, state) in enumerate(full):
-        rest = list(make().pack(iter(source[state.start :]), state))
-        assert len(rest) == len(full) - k - 1
-        for (row, after), (expected, expected_after) in zip(rest, full[k + 1 :], strict=True):
-            assert after == expected_after
-            for key in expected:
-                np.testing.assert_array_equal(row[key], expected[key])
+    assert_resumes_after_every_row(make, token_elements(30, longest=30, ids="id" in make().layout.lengths))
 
 
 def test_states_from_elsewhere_are_refused() -> None:
