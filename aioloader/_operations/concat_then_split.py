@@ -118,13 +118,7 @@ class ConcatThenSplitPacker:
         """The rows, each with the state after it; `elements` start at input position `state.start`."""
         state = state or SplitState()
         inputs = iter(elements)
-        position = state.start
-        rest = None
-        if state.offsets is not None:
-            features = self._features(_first(inputs, position), position)
-            self._check_offsets(state.offsets)
-            rest = _Piece(position, features, dict(state.offsets))
-            position += 1
+        rest, position = self._resume(inputs, state)
         skip, ready = state.emitted, collections.deque[Row]()
         while True:
             checkpoint = SplitState(position, None) if rest is None else SplitState(rest.position, rest.start)
@@ -138,6 +132,14 @@ class ConcatThenSplitPacker:
             skip = 0
             if not more:
                 return
+
+    def _resume(self, inputs: Iterator[Any], state: SplitState) -> tuple[_Piece | None, int]:
+        """The rest of the element that was cut at `state` (if any), and the next input position."""
+        if state.offsets is None:
+            return None, state.start
+        features = self._features(_first(inputs, state.start), state.start)
+        self._check_offsets(state.offsets)
+        return _Piece(state.start, features, dict(state.offsets)), state.start + 1
 
     def _fill(
         self, inputs: Iterator[Any], rest: _Piece | None, position: int, ready: collections.deque[Row]
