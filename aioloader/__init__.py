@@ -13,6 +13,7 @@ per part of the pipeline, each importing only the folders before it:
     _executors    who runs the steps: worker threads, subinterpreters, or the caller (inline)
     _device       the device stage: batches onto the accelerator ahead of the step
     _iteration    the iterators behind `for` and `async for`, their engines and checkpoints
+    _dataset      Grain's Dataset API: MapDataset, a lazy tree with random access
     _loader       DataLoader, which checks its arguments and makes the iterators
 
 aioloader/README.md has the full tree, the life of one chunk from sampler
@@ -20,6 +21,7 @@ index to `next()`, a glossary, and which thread runs what under which lock.
 """
 
 from aioloader._common.options import ReadOptions
+from aioloader._dataset.base import MapDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
@@ -35,6 +37,7 @@ from aioloader._sampling.sampler import IndexSampler, SequentialSampler
 from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
 from aioloader._sources.files import FilesDataSource
+from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
 from aioloader._sources.parquet import ParquetDataSource
 from aioloader._sources.protocols import (
     AsyncDataSource,
@@ -42,6 +45,7 @@ from aioloader._sources.protocols import (
     RandomAccessDataSource,
     RangeDataSource,
 )
+from aioloader._sources.sqlite import SQLiteDataSource
 
 __all__ = [
     "ArrayRecordDataSource",
@@ -54,16 +58,20 @@ __all__ = [
     "FilesDataSource",
     "FilterTransform",
     "FlatMapTransform",
+    "HuggingFaceDataSource",
     "InMemoryDataSource",
     "IndexSampler",
+    "MapDataset",
     "MapTransform",
     "NoSharding",
     "ParquetDataSource",
+    "PolarsDataSource",
     "RandomAccessDataSource",
     "RandomMapTransform",
     "RangeDataSource",
     "ReadOptions",
     "RecordMetadata",
+    "SQLiteDataSource",
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",

@@ -20,6 +20,7 @@ LAYERS = [
     "_executors",
     "_device",
     "_iteration",
+    "_dataset",
     "_loader",
     "",  # the public modules: __init__ and checkpoint
 ]

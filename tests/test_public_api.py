@@ -25,6 +25,7 @@ DESIGN_NAMES = {
     "Batch",
     "ReadOptions",
     "DataLoader",
+    "MapDataset",
     "ArrayRecordDataSource",
     "ParquetDataSource",
     "FilesDataSource",

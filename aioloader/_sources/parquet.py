@@ -8,20 +8,17 @@ memory bound, and a batch of keys decodes each row group it touches once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from aioloader._common.validation import require_int
+from aioloader._sources.arrow import ArrowRows
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
+from aioloader._sources.columns import choose_columns, require_columns
 from aioloader._sources.keys import KeyIndex, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
 
 DEFAULT_CACHE_BYTES = 256 << 20
-
-# Values for the rows at some offsets of one column.
-_Take = Callable[[list[int]], list[Any]]
 
 
 class ParquetDataSource:
@@ -48,13 +45,13 @@ class ParquetDataSource:
 
         self._pq = pq
         self.paths = require_paths(paths)
-        self.columns = _require_columns(columns)
+        self.columns = require_columns(columns)
         self._metadata = [_read_metadata(pq, path, self.columns) for path in self.paths]
         self._row_groups = [
             (f, g) for f, meta in enumerate(self._metadata) for g in range(meta.num_row_groups)
         ]
         self._index = KeyIndex([self._metadata[f].row_group(g).num_rows for f, g in self._row_groups])
-        self._cache: ByteBoundedCache[_RowGroup] = ByteBoundedCache(
+        self._cache: ByteBoundedCache[ArrowRows] = ByteBoundedCache(
             require_int("cache_bytes", cache_bytes, minimum=0)
         )
 
@@ -78,71 +75,17 @@ class ParquetDataSource:
         columns = "" if self.columns is None else f", columns={list(self.columns)!r}"
         return f"ParquetDataSource({describe_paths(self.paths)}{columns})"
 
-    def _row_group(self, group: int) -> _RowGroup:
+    def _row_group(self, group: int) -> ArrowRows:
         return self._cache.get(group, lambda: self._decode(group))
 
-    def _decode(self, group: int) -> _RowGroup:
+    def _decode(self, group: int) -> ArrowRows:
         file, row_group = self._row_groups[group]
         # A reader per decode: Arrow does not promise that one reader may be
         # used by several threads at once, and opening one with the metadata
         # already in hand costs little next to decoding a row group.
         with self._pq.ParquetFile(self.paths[file], metadata=self._metadata[file]) as reader:
             table = reader.read_row_group(row_group, columns=self.columns, use_threads=False)
-        return _RowGroup(table)
-
-
-class _RowGroup:
-    """One decoded row group: per column, how to take the values of some rows."""
-
-    __slots__ = ("_names", "_takes", "nbytes")
-
-    def __init__(self, table: Any) -> None:
-        self._names: list[str] = table.column_names
-        takes = [_column(column.combine_chunks()) for column in table.columns]
-        self._takes = [take for take, _ in takes]
-        self.nbytes: int = table.nbytes + sum(extra for _, extra in takes)
-
-    def rows(self, offsets: list[int]) -> list[dict[str, Any]]:
-        """The rows at `offsets` (within this row group), in that order."""
-        names = self._names
-        columns = [take(offsets) for take in self._takes]
-        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-
-
-def _column(array: Any) -> tuple[_Take, int]:
-    """How to take values from one column, and the bytes that takes beyond Arrow's buffers."""
-    import pyarrow as pa
-
-    kind = array.type
-    if array.null_count == 0 and _is_number(pa, kind):
-        values = array.to_numpy(zero_copy_only=False)
-        return (lambda at: list(values[at])), _owned(values)
-    is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
-    if is_list and array.null_count == 0 and _is_number(pa, kind.value_type) and array.values.null_count == 0:
-        flat, bounds = array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy()
-        extra = _owned(flat) + _owned(bounds)
-        return (lambda at: [flat[bounds[j] : bounds[j + 1]].copy() for j in at]), extra
-    # Element by element: `Array.take` costs over 100 us a call, more than a row's worth of `as_py`.
-    return (lambda at: [array[j].as_py() for j in at]), 0
-
-
-def _is_number(pa: Any, kind: Any) -> bool:
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
-
-
-def _owned(values: np.ndarray) -> int:
-    """Bytes of a numpy array that does not view Arrow's memory (a copy, as for booleans)."""
-    return values.nbytes if values.base is None else 0
-
-
-def _require_columns(columns: Any) -> tuple[str, ...] | None:
-    if columns is None:
-        return None
-    if isinstance(columns, str) or not isinstance(columns, Sequence):
-        raise TypeError(f"`columns` must be a sequence of column names or None, got {columns!r}.")
-    if not columns or not all(isinstance(c, str) for c in columns):
-        raise ValueError(f"`columns` must name at least one column, each a str, got {columns!r}.")
-    return tuple(columns)
+        return ArrowRows(table)
 
 
 def _read_metadata(pq: Any, path: str, columns: tuple[str, ...] | None) -> Any:
@@ -152,7 +95,5 @@ def _read_metadata(pq: Any, path: str, columns: tuple[str, ...] | None) -> Any:
             metadata, names = reader.metadata, reader.schema_arrow.names
     except Exception as error:  # pyarrow says ArrowInvalid, OSError, ... depending on the damage
         raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from error
-    missing = [c for c in columns or () if c not in names]
-    if missing:
-        raise ValueError(f"`columns` names {missing!r}, which `{path}` does not have; it has {names!r}.")
+    choose_columns(columns, names, f"`{path}`")
     return metadata

@@ -1,0 +1,79 @@
+"""`ds.batch(batch_size, drop_remainder=, batch_fn=)`: consecutive elements, stacked.
+
+Batch `b` of epoch `e` holds the parent's elements `b * batch_size` up to the end of
+the parent's epoch `e`, so a batch never spans two epochs (Grain's rule). Elements
+are stacked leaf by leaf through dicts, tuples and lists, as Grain stacks them, unless
+`batch_fn(list_of_elements)` is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aioloader._common.validation import require_bool, require_int
+from aioloader._dataset.base import MapDataset
+from aioloader._dataset.functions import add_note
+from aioloader._dataset.mapping import FilterMapDataset
+from aioloader._operations.batching import stack
+
+
+class BatchMapDataset(MapDataset[Any]):
+    """Batches of `batch_size` consecutive elements of the parent."""
+
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        batch_size: int,
+        drop_remainder: bool,
+        batch_fn: Callable[[list[Any]], Any] | None,
+    ) -> None:
+        super().__init__(parent)
+        self._size = require_int("batch_size", batch_size, minimum=1)
+        self._drop = require_bool("drop_remainder", drop_remainder)
+        if batch_fn is not None and not callable(batch_fn):
+            raise TypeError(f"`batch_fn` must be callable or None, got {batch_fn!r}.")
+        _refuse_holes(parent)
+        self._parent, self._parent_length = parent, len(parent)
+        self._combine: Callable[[list[Any]], Any] = batch_fn or stack
+        whole = self._parent_length // self._size
+        self._length = whole if self._drop else math.ceil(self._parent_length / self._size)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _bounds(self, index: int) -> range:
+        epoch, batch = divmod(index, self._length)
+        offset = epoch * self._parent_length
+        start = batch * self._size
+        return range(offset + start, offset + min(self._parent_length, start + self._size))
+
+    def _get(self, index: int) -> Any:
+        bounds = self._bounds(index)
+        elements = self._parent._getitems(bounds)
+        try:
+            return self._combine(elements)
+        except Exception as error:
+            add_note(error, f"batch({self._size})", index)
+            error.add_note(f"(elements {bounds.start}..{bounds.stop - 1} of the parent)")
+            raise
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        return [self._get(i) for i in indices]
+
+    def __repr__(self) -> str:
+        return f"{self._parent!r}.batch({self._size}, drop_remainder={self._drop})"
+
+
+def _refuse_holes(parent: MapDataset[Any]) -> None:
+    """Grain's rule: no batch after a filter upstream, whose `None` holes would be batched."""
+    to_check: list[MapDataset[Any]] = [parent]
+    while to_check:
+        node = to_check.pop()
+        if isinstance(node, FilterMapDataset):
+            raise ValueError(
+                f"`batch` cannot follow `filter` ({node!r}): a filter leaves None holes. "
+                "Batch before the filter, or batch an IterDataset made from it."
+            )
+        to_check.extend(getattr(node, "_parents", ()))

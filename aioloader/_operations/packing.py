@@ -1,0 +1,311 @@
+"""Packing variable-length sequences into rows of a fixed length: first-fit and best-fit.
+
+An element is a dict of features; each feature named in `length_struct` is a sequence
+(a 1-D array, or an array whose first axis is the sequence; a scalar counts as length
+1). Packing puts several elements side by side in one row of `length_struct[key]`
+cells per feature, and adds, per packed feature `key`, the two features JAX trainers
+expect (Grain's output format):
+
+- `key_segment_ids` (int32): 1 for the cells of the row's first element, 2 for the
+  second, ..., 0 for padding, so attention can be masked per segment;
+- `key_positions` (int32): 0, 1, 2, ... within each element, 0 in padding.
+
+The packers work as Grain's `FirstFitPackIterDataset` / `BestFitPackIterDataset` do,
+and give the same rows in the same order: elements fill a pack of `num_packing_bins`
+rows, each going to the first row where it fits (first-fit) or to the fullest row
+where it fits (best-fit); when one fits nowhere, the pack's rows are emitted (in an
+order shuffled by `seed` unless `shuffle_bins=False`) and a new pack starts with it.
+
+They are plain, deterministic algorithms with no engine behind them: `pack()` reads
+elements from any iterator and gives each row with the `PackState` after it. The state
+holds no data, only positions in the input (the caller restarts its input there), so
+a pipeline resumes in the middle of a pack by packing that pack again and skipping
+the rows already delivered.
+
+Meta features (`meta_features`) are not packed as sequences: one that has a length in
+`length_struct` is placed like the others but gets no segment ids or positions; one
+that has none is collected, per row, into a list of the values of that row's elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aioloader._common.validation import require_bool, require_int
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PackState:
+    """Where packing stands, as positions in the input (no data).
+
+    `start` is the input position where the pack being emitted began (or, between
+    packs, where the next one begins), `emitted` how many of its rows were delivered,
+    and `rows` how many rows were delivered in all (it seeds the order of the rows).
+    """
+
+    start: int = 0
+    emitted: int = 0
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("start", "emitted", "rows"):
+            require_int(f"state.{name}", getattr(self, name), minimum=0)
+        if self.emitted > self.rows:
+            raise ValueError(
+                f"`state` has emitted={self.emitted} rows of a pack but rows={self.rows} in all."
+            )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The checked shape of a packed row: sequence features, their lengths, and meta features."""
+
+    lengths: dict[str, int]
+    meta: tuple[str, ...]
+
+    @classmethod
+    def of(cls, length_struct: Any, meta_features: Any) -> Layout:
+        if not isinstance(length_struct, Mapping) or not length_struct:
+            raise TypeError(
+                "`length_struct` must be a non-empty dict of feature name to row length, "
+                f"got {length_struct!r}."
+            )
+        lengths = {}
+        for key, length in length_struct.items():
+            if not isinstance(key, str):
+                raise TypeError(f"`length_struct` keys must be feature names (str), got {key!r}.")
+            lengths[key] = require_int(f"length_struct[{key!r}]", length, minimum=1)
+        if isinstance(meta_features, str) or not all(isinstance(k, str) for k in meta_features):
+            raise TypeError(f"`meta_features` must be a sequence of feature names, got {meta_features!r}.")
+        return cls(lengths, tuple(meta_features))
+
+    def is_sequence(self, key: str) -> bool:
+        """True for the features that get segment ids and positions."""
+        return key not in self.meta
+
+    def loose_meta(self) -> list[str]:
+        """The meta features without a row length: collected as lists."""
+        return [k for k in self.meta if k not in self.lengths]
+
+    def features(self, element: Any, position: int, *, split: bool = False) -> dict[str, np.ndarray]:
+        """The features of `element` that `length_struct` names, as arrays, checked against
+        their row lengths (only the meta features, when longer sequences are `split`)."""
+        if not isinstance(element, Mapping):
+            raise TypeError(f"element {position} must be a dict of features, got {type(element).__name__}.")
+        missing = [k for k in self.lengths if k not in element]
+        if missing:
+            raise ValueError(f"element {position} lacks the features {missing} that `length_struct` names.")
+        features = {key: np.asarray(element[key]) for key in self.lengths}
+        for key, value in features.items():
+            if sequence_length(value) > self.lengths[key] and not (split and self.is_sequence(key)):
+                raise ValueError(
+                    f"element {position}: feature {key!r} has length {sequence_length(value)}, more than its "
+                    f"row length {self.lengths[key]} in `length_struct`; truncate it first."
+                )
+        return features
+
+
+def sequence_length(value: np.ndarray) -> int:
+    """Cells a feature takes in a row: its first axis, or 1 for a scalar."""
+    return 1 if value.ndim == 0 else len(value)
+
+
+def fill(buffer: np.ndarray, at: tuple[Any, ...], value: np.ndarray, key: str, position: int) -> None:
+    """`buffer[at] = value`, refusing a value whose shape or dtype would be changed on the way."""
+    if value.shape[1:] != buffer.shape[len(at) :] and value.ndim:
+        raise ValueError(
+            f"element {position}: feature {key!r} has cells of shape {value.shape[1:]}, "
+            f"but the row holds cells of shape {buffer.shape[len(at) :]} (set by the first element)."
+        )
+    lossy = value.dtype != buffer.dtype and not np.can_cast(value.dtype, buffer.dtype, "safe")
+    if lossy and not np.array_equal(value.astype(buffer.dtype), value):
+        raise ValueError(
+            f"element {position}: feature {key!r} of dtype {value.dtype} does not fit the row's "
+            f"dtype {buffer.dtype} (set by the first element) without changing its values."
+        )
+    buffer[at] = value
+
+
+class _Pack:
+    """`bins` rows being filled; every packed feature has its cells, ids and positions."""
+
+    def __init__(self, layout: Layout, options: _BinOptions, first: dict[str, np.ndarray]) -> None:
+        self.layout, self.options = layout, options
+        bins = options.bins
+        self.values = {
+            key: np.full((bins, length, *first[key].shape[1:]), options.padding.get(key, 0), first[key].dtype)
+            for key, length in layout.lengths.items()
+        }
+        self.segment_ids = {key: np.zeros((bins, length), np.int32) for key, length in layout.lengths.items()}
+        self.positions = {key: np.zeros((bins, length), np.int32) for key, length in layout.lengths.items()}
+        self.used = np.zeros((len(layout.lengths), bins), np.int64)  # next free cell, per feature and row
+        self.capacity = np.array(list(layout.lengths.values()), np.int64)[:, None]
+        self.count = np.zeros(bins, np.int32)  # elements per row
+        self.loose: dict[str, list[list[Any]]] = {k: [[] for _ in range(bins)] for k in layout.loose_meta()}
+
+    def fitting_rows(self, lengths: np.ndarray) -> np.ndarray:
+        """Which rows have room for an element of `lengths` (per feature)."""
+        fits = np.all(self.used + lengths[:, None] <= self.capacity, axis=0)
+        if self.options.max_per_row is not None:
+            fits &= self.count < self.options.max_per_row
+        result: np.ndarray = fits
+        return result
+
+    def add(
+        self, row: int, features: dict[str, np.ndarray], element: Mapping[str, Any], position: int
+    ) -> None:
+        """Put the element in `row`, after what the row holds."""
+        segment = self.count[row] + 1
+        for f, (key, value) in enumerate(features.items()):
+            start = int(self.used[f, row])
+            end = start + sequence_length(value)
+            fill(self.values[key], (row, slice(start, end)), value, key, position)
+            self.segment_ids[key][row, start:end] = segment
+            self.positions[key][row, start:end] = np.arange(end - start, dtype=np.int32)
+            align = self.options.alignment.get(key, 1)
+            self.used[f, row] = -(-end // align) * align
+        self.count[row] += 1
+        for key, rows in self.loose.items():
+            if key in element:
+                rows[row].append(element[key])
+
+    def rows(self) -> list[Row]:
+        """The rows that hold something, as dicts in Grain's format."""
+        filled = int(np.count_nonzero(self.count))
+        rows: list[Row] = []
+        for r in range(filled):
+            row: Row = {key: values[r] for key, values in self.values.items()}
+            row.update((key, lists[r]) for key, lists in self.loose.items())
+            for key in self.values:
+                if self.layout.is_sequence(key):
+                    row[f"{key}_segment_ids"] = self.segment_ids[key][r]
+                    row[f"{key}_positions"] = self.positions[key][r]
+            rows.append(row)
+        return rows
+
+
+@dataclass(frozen=True)
+class _BinOptions:
+    bins: int
+    seed: int
+    shuffle: bool
+    padding: dict[str, Any]
+    alignment: dict[str, int]
+    max_per_row: int | None
+
+
+class FirstFitPacker:
+    """Grain's first-fit packing: each element goes to the first row of the pack with room.
+
+    `num_packing_bins` rows fill at once (more rows, less padding); `padding_struct`
+    gives per feature the value of empty cells (0 by default); `pack_alignment_struct`
+    rounds where the next element may start up to a multiple; `max_sequences_per_bin`
+    caps the elements per row.
+    """
+
+    def __init__(
+        self,
+        length_struct: Mapping[str, int],
+        num_packing_bins: int,
+        *,
+        seed: int = 0,
+        shuffle_bins: bool = True,
+        meta_features: Sequence[str] = (),
+        padding_struct: Mapping[str, Any] | None = None,
+        pack_alignment_struct: Mapping[str, int] | None = None,
+        max_sequences_per_bin: int | None = None,
+    ) -> None:
+        self.layout = Layout.of(length_struct, meta_features)
+        self.options = _BinOptions(
+            bins=require_int("num_packing_bins", num_packing_bins, minimum=1),
+            seed=require_int("seed", seed, minimum=0),
+            shuffle=require_bool("shuffle_bins", shuffle_bins),
+            padding=_per_feature("padding_struct", padding_struct, self.layout),
+            alignment={
+                k: require_int(f"pack_alignment_struct[{k!r}]", v, minimum=1)
+                for k, v in _per_feature("pack_alignment_struct", pack_alignment_struct, self.layout).items()
+            },
+            max_per_row=None
+            if max_sequences_per_bin is None
+            else require_int("max_sequences_per_bin", max_sequences_per_bin, minimum=1),
+        )
+
+    def choose(self, pack: _Pack, fits: np.ndarray) -> int:
+        """The row for an element, among the rows where it fits (at least one)."""
+        return int(np.argmax(fits))
+
+    def pack(
+        self, elements: Iterable[Any], state: PackState | None = None
+    ) -> Iterator[tuple[Row, PackState]]:
+        """The packed rows, each with the state after it.
+
+        `elements` must start at input position `state.start` (0 without a state):
+        resuming packs that pack again and skips the `state.emitted` rows delivered.
+        """
+        state = state or PackState()
+        position, skip, rows_before = state.start, state.emitted, state.rows - state.emitted
+        pack, start = None, position
+        for element in elements:
+            features = self.layout.features(element, position)
+            if pack is not None and not self._try_add(pack, features, element, position):
+                yield from self._emit(pack, start, position, rows_before, skip)
+                rows_before, skip, pack = rows_before + int(np.count_nonzero(pack.count)), 0, None
+            if pack is None:
+                pack, start = _Pack(self.layout, self.options, features), position
+                if not self._try_add(pack, features, element, position):
+                    raise AssertionError(f"element {position} does not fit an empty pack")
+            position += 1
+        if pack is not None:
+            yield from self._emit(pack, start, position, rows_before, skip)
+
+    def _try_add(self, pack: _Pack, features: dict[str, np.ndarray], element: Any, position: int) -> bool:
+        lengths = np.array([sequence_length(v) for v in features.values()], np.int64)
+        fits = pack.fitting_rows(lengths)
+        if not fits.any():
+            return False
+        pack.add(self.choose(pack, fits), features, element, position)
+        return True
+
+    def _emit(
+        self, pack: _Pack, start: int, end: int, rows_before: int, skip: int
+    ) -> Iterator[tuple[Row, PackState]]:
+        """The rows of a finished pack (from input `start` up to `end`), past the first `skip`."""
+        rows = pack.rows()
+        order = range(len(rows))
+        if self.options.shuffle:  # Grain's order: seeded by the rows delivered before the pack
+            order = np.random.default_rng(self.options.seed + rows_before).permuted(order).tolist()
+        for j in range(skip, len(rows)):
+            last = j + 1 == len(rows)
+            after = (
+                PackState(end, 0, rows_before + j + 1)
+                if last
+                else PackState(start, j + 1, rows_before + j + 1)
+            )
+            yield rows[order[j]], after
+
+
+class BestFitPacker(FirstFitPacker):
+    """Grain's best-fit packing: each element goes to the fullest row of the pack with room
+    (the most cells used, over all features; the first such row on a tie)."""
+
+    def choose(self, pack: _Pack, fits: np.ndarray) -> int:
+        fullness = pack.used.sum(axis=0)
+        return int(np.argmax(np.where(fits, fullness, -1)))
+
+
+def _per_feature(name: str, values: Mapping[str, Any] | None, layout: Layout) -> dict[str, Any]:
+    """A per-feature option: a dict over (some of) the features `length_struct` names."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise TypeError(f"`{name}` must be a dict of feature name to value or None, got {values!r}.")
+    unknown = [k for k in values if k not in layout.lengths]
+    if unknown:
+        raise ValueError(f"`{name}` names {unknown}, which `length_struct` does not.")
+    return {k: v for k, v in values.items() if v is not None}
