@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.failures import Failure
+from aioloader._common.failures import USER_ERRORS, Failure, stop_iteration_error
 from aioloader._operations.transforms import Kind, Op
 
 
@@ -48,6 +48,10 @@ class Run(abc.ABC):
     @abc.abstractmethod
     def rng_of(self, origin: int, seed: int) -> np.random.Generator:
         """The generator that random operations use for the elements of `origin`."""
+
+    @abc.abstractmethod
+    def record_index(self, origin: int) -> int:
+        """The index of `origin`'s record (of its first record, for a batch)."""
 
     @abc.abstractmethod
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
@@ -94,7 +98,11 @@ def _map(op: Op, run: Run) -> None:
 
 
 def _random_map(op: Op, run: Run, seed: int) -> None:
-    rngs = map(run.rng_of, run.origin_list(), itertools.repeat(seed))
+    origins = run.origin_list()
+    if op.rng is None:  # the record's generator, shared by the random operations
+        rngs = map(run.rng_of, origins, itertools.repeat(seed))
+    else:  # the operation's own generator for the record
+        rngs = map(op.rng, map(run.record_index, origins))
     _extend(op, run, map(op.function(), run.items, rngs))
 
 
@@ -102,13 +110,19 @@ def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
     """Collect one result per element at C speed, keeping track of a failure.
 
     `list.extend` keeps what it appended before the iterator raised, so the
-    length of `out` is the index of the element that failed.
+    length of `out` is the index of the element that failed. A function that
+    raises StopIteration ends `extend` without an error: fewer results than
+    elements is that, and fails the element where they stop.
     """
     out: list[Any] = []
+    expected = len(run.items)
     try:
         out.extend(results)
-    except Exception as error:
+    except USER_ERRORS as error:
         run.fail(len(out), error, op.label)
+    else:
+        if len(out) < expected:
+            run.fail(len(out), stop_iteration_error(op.label), op.label)
     run.items = out
 
 
@@ -119,7 +133,7 @@ def _select(op: Op, run: Run) -> None:
     for j, (element, origin) in enumerate(zip(run.items, run.origin_list(), strict=True)):
         try:
             produced = list(fn(element)) if flat else ((element,) if fn(element) else ())
-        except Exception as error:
+        except USER_ERRORS as error:
             run.fail(j, error, op.label)
             break
         out += produced

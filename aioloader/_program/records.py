@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.failures import Failure
+from aioloader._common.failures import USER_ERRORS, Failure, stop_iteration_error
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import record_rng
@@ -37,6 +37,9 @@ class RecordChunk(Run):
         if rng is None:
             rng = self.rngs[origin] = record_rng(seed, self.start + origin)
         return rng
+
+    def record_index(self, origin: int) -> int:
+        return self.start + origin
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_record(error, what, self.start + origin, self.keys[origin])
@@ -75,19 +78,31 @@ def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] =
     in order, and `list.extend` collects them at C speed, keeping what it
     appended before a read raised: its length is the failing key's.
     """
+    what = f"reading from {type(source).__name__}"
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
         try:
             chunk.items = list(getitems(chunk.keys))
-            return
-        except Exception:
+        except USER_ERRORS:
             pass
+        else:
+            if len(chunk.items) != len(chunk.keys):
+                error = ValueError(
+                    f"`{type(source).__name__}.__getitems__` returned {len(chunk.items)} records "
+                    f"for {len(chunk.keys)} keys"
+                )
+                chunk.items = []
+                chunk.fail(0, error, what)
+            return
     items: list[Any] = []
     chunk.items = items
     try:
         items.extend(mapper(source.__getitem__, chunk.keys))
-    except Exception as error:
-        chunk.fail(len(items), error, f"reading from {type(source).__name__}")
+    except USER_ERRORS as error:
+        chunk.fail(len(items), error, what)
+    else:
+        if len(items) < len(chunk.keys):  # StopIteration from `__getitem__` ends `extend` silently
+            chunk.fail(len(items), stop_iteration_error(f"{type(source).__name__}.__getitem__"), what)
 
 
 async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:
