@@ -1,0 +1,244 @@
+"""Packing as IterDataset transformations: first-fit, best-fit, concat-then-split.
+
+Grain's `FirstFitPackIterDataset`, `BestFitPackIterDataset` and
+`ConcatThenSplitIterDataset`, with their signatures, over the packers of
+`_operations.packing` and `_operations.concat_then_split` (Grain's rows, in Grain's
+order). A packer runs in order, in the consumer's iterator, after the parallel parts
+that read and tokenize.
+
+A packer's own state holds positions in its input only (where the pack or row being
+given began, and how much of it was given), never data; the stage adds the parent's
+state at that position. To know it, the stage asks the parent for its state before
+each element it reads (as Grain's packers do) and keeps those of the pack being
+filled. Resuming restores the parent there and packs that pack again, skipping what
+was given: exactly the rows that came next.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
+from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, state_fields
+from aioloader._operations.concat_then_split import BOSHandling, ConcatThenSplitPacker, SplitState
+from aioloader._operations.packing import BestFitPacker, FirstFitPacker, PackState
+
+
+class _PackIterDataset(IterDataset[dict[str, Any]]):
+    """A packer over the parent's elements (dicts of 1-D arrays)."""
+
+    def __init__(self, parent: IterDataset[Any], make_stage: Callable[[Stage[Any]], Stage[Any]]) -> None:
+        parent = require_iter_dataset("parent", parent)
+        super().__init__(parent)
+        self._parent, self._make_stage = parent, make_stage
+
+    def _plan(self, settings: Settings) -> Plan:
+        return self._make_stage(as_stage(self._parent._plan(settings)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._parent!r})"
+
+
+class FirstFitPackIterDataset(_PackIterDataset):
+    """Grain's first-fit packing: each element to the first of `num_packing_bins` rows
+    with room; full packs are given row by row, shuffled by `seed` unless not
+    `shuffle_bins` (see `FirstFitPacker` for the options)."""
+
+    _packer_class: type[FirstFitPacker] = FirstFitPacker
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        *,
+        length_struct: Mapping[str, int],
+        num_packing_bins: int,
+        seed: int = 0,
+        shuffle_bins: bool = True,
+        shuffle_bins_group_by_feature: str | None = None,
+        meta_features: Sequence[str] = (),
+        pack_alignment_struct: Mapping[str, int] | None = None,
+        padding_struct: Mapping[str, Any] | None = None,
+        max_sequences_per_bin: int | None = None,
+    ) -> None:
+        packer = self._packer_class(
+            length_struct,
+            num_packing_bins,
+            seed=seed,
+            shuffle_bins=shuffle_bins,
+            meta_features=meta_features,
+            padding_struct=padding_struct,
+            pack_alignment_struct=pack_alignment_struct,
+            max_sequences_per_bin=max_sequences_per_bin,
+            shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
+        )
+        super().__init__(parent, lambda stage: BinPackStage(stage, packer))
+
+
+class BestFitPackIterDataset(FirstFitPackIterDataset):
+    """Grain's best-fit packing: each element to the fullest row with room."""
+
+    _packer_class = BestFitPacker
+
+
+class ConcatThenSplitIterDataset(_PackIterDataset):
+    """Grain's concat-then-split: elements laid end to end and cut at the row length (see
+    `ConcatThenSplitPacker`)."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        *,
+        length_struct: Mapping[str, int],
+        meta_features: Sequence[str] = (),
+        split_full_length_features: bool = True,
+        bos_handling: Any = BOSHandling.DO_NOTHING,
+        bos_features: Sequence[str] = (),
+        bos_token_id: int | None = None,
+    ) -> None:
+        packer = ConcatThenSplitPacker(
+            length_struct,
+            meta_features=meta_features,
+            split_full_length_features=split_full_length_features,
+            bos_handling=bos_handling,
+            bos_features=tuple(bos_features),
+            bos_token_id=bos_token_id,
+        )
+        super().__init__(parent, lambda stage: SplitStage(stage, packer))
+
+
+class _Inputs:
+    """The parent's elements numbered from `start`, with the parent's state before each one
+    kept from the position the caller still needs (`keep_from`) on."""
+
+    def __init__(self, parent: Stage[Any], start: int, state: dict[str, Any]) -> None:
+        self._parent = parent
+        self._states: collections.deque[tuple[int, dict[str, Any]]] = collections.deque([(start, state)])
+        self._next = start
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            if self._states[-1][0] != self._next:
+                self._states.append((self._next, self._parent.get_state()))
+            try:
+                element = next(self._parent)
+            except StopIteration:
+                return
+            self._next += 1
+            yield element
+
+    def state_at(self, position: int) -> dict[str, Any]:
+        """The parent's state before element `position`, forgetting those before it."""
+        while self._states[0][0] < position:
+            self._states.popleft()
+        found, state = self._states[0]
+        assert found == position, (found, position)
+        return state
+
+
+class _PackerStage(Stage[dict[str, Any]]):
+    """A packer running over the parent; its state is `{kind, parent, <the packer's state>}`."""
+
+    kind: str
+
+    def __init__(self, parent: Stage[Any]) -> None:
+        super().__init__((parent,))
+        self._parent = parent
+        self._rows: Iterator[tuple[dict[str, Any], Any]] | None = None
+        self._inputs: _Inputs | None = None
+        self._after: Any = None  # the packer's state after the last row given
+
+    def _start(self, parent_state: dict[str, Any], packer_state: Any) -> None:
+        self._inputs = _Inputs(self._parent, packer_state.start, parent_state)
+        self._rows = self._pack(iter(self._inputs), packer_state)
+        self._after = packer_state
+
+    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+        raise NotImplementedError
+
+    def _first_state(self) -> Any:
+        raise NotImplementedError
+
+    def __next__(self) -> dict[str, Any]:
+        if self._rows is None:
+            self._start(self._parent.get_state(), self._first_state())
+        assert self._rows is not None
+        row, self._after = next(self._rows)
+        return row
+
+    def get_state(self) -> dict[str, Any]:
+        if self._inputs is None:
+            return self._state_dict(self._parent.get_state(), self._first_state())
+        return self._state_dict(self._inputs.state_at(self._after.start), self._after)
+
+    def _state_dict(self, parent_state: dict[str, Any], packer_state: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class BinPackStage(_PackerStage):
+    """First-fit or best-fit packing running."""
+
+    def __init__(self, parent: Stage[Any], packer: FirstFitPacker) -> None:
+        super().__init__(parent)
+        self._packer = packer
+
+    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+        return self._packer.pack(elements, state)
+
+    def _first_state(self) -> PackState:
+        return PackState()
+
+    def _state_dict(self, parent_state: dict[str, Any], state: Any) -> dict[str, Any]:
+        return {
+            "stage": "pack",
+            "parent": parent_state,
+            "start": state.start,
+            "emitted": state.emitted,
+            "rows": state.rows,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        parent, start, emitted, rows = state_fields(state, "pack", ("parent", "start", "emitted", "rows"))
+        packer_state = _checked(PackState, start, emitted, rows)
+        self._parent.set_state(parent)
+        self._start(parent, packer_state)
+
+
+class SplitStage(_PackerStage):
+    """Concat-then-split running."""
+
+    def __init__(self, parent: Stage[Any], packer: ConcatThenSplitPacker) -> None:
+        super().__init__(parent)
+        self._packer = packer
+
+    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+        return self._packer.pack(elements, state)
+
+    def _first_state(self) -> SplitState:
+        return SplitState()
+
+    def _state_dict(self, parent_state: dict[str, Any], state: Any) -> dict[str, Any]:
+        offsets = None if state.offsets is None else dict(state.offsets)
+        return {
+            "stage": "concat_then_split",
+            "parent": parent_state,
+            "start": state.start,
+            "offsets": offsets,
+            "emitted": state.emitted,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        fields = ("parent", "start", "offsets", "emitted")
+        parent, start, offsets, emitted = state_fields(state, "concat_then_split", fields)
+        packer_state = _checked(SplitState, start, offsets, emitted)
+        self._parent.set_state(parent)
+        self._start(parent, packer_state)
+
+
+def _checked(make: Callable[..., Any], *fields: Any) -> Any:
+    """A packer's state from a checkpoint's fields; a ValueError naming what is wrong."""
+    try:
+        return make(*fields)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`state` holds a packer state that does not fit: {error}") from None
