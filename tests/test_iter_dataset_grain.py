@@ -84,21 +84,29 @@ PIPELINES: dict[str, Build] = {
     ),
     "batch drop remainder": lambda m: m.MapDataset.range(100).to_iter_dataset().batch(7, drop_remainder=True),
     "batch_fn": lambda m: m.MapDataset.range(30).to_iter_dataset().batch(4, batch_fn=tuple),
-    "dict batches": lambda m: m.MapDataset.source(tokens(0, 40, 4)).to_iter_dataset().map(
-        lambda e: {"n": len(e["inputs"]), "first": e["inputs"][0]}
-    ).batch(6),
+    "dict batches": lambda m: (
+        m.MapDataset.source(tokens(0, 40, 4))
+        .to_iter_dataset()
+        .map(lambda e: {"n": len(e["inputs"]), "first": e["inputs"][0]})
+        .batch(6)
+    ),
     "maps after the batch": lambda m: (
         m.MapDataset.range(90).to_iter_dataset().batch(4).map(lambda b: b.sum()).filter(odd)
     ),
     "repeat forever": lambda m: m.MapDataset.range(70).shuffle(seed=1).repeat().to_iter_dataset().batch(5),
     "random map": lambda m: m.MapDataset.range(40).to_iter_dataset().random_map(draw, seed=9),
-    "random map after a batch": lambda m: m.MapDataset.range(40).to_iter_dataset().batch(3).random_map(draw, seed=2),
+    "random map after a batch": lambda m: (
+        m.MapDataset.range(40).to_iter_dataset().batch(3).random_map(draw, seed=2)
+    ),
     "seeds derived": lambda m: (
         m.MapDataset.range(40).seed(11).shuffle().to_iter_dataset().random_map(draw).map(str).random_map(draw)
     ),
     "second batch, in order": lambda m: m.MapDataset.range(50).to_iter_dataset().batch(2).batch(3),
     "mix": lambda m: m.IterDataset.mix(
-        [m.MapDataset.range(30).to_iter_dataset(), m.MapDataset.range(100, 180).to_iter_dataset().filter(odd)],
+        [
+            m.MapDataset.range(30).to_iter_dataset(),
+            m.MapDataset.range(100, 180).to_iter_dataset().filter(odd),
+        ],
         [0.3, 0.7],
     ),
     "mix by name": lambda m: m.IterDataset.mix(
@@ -108,13 +116,15 @@ PIPELINES: dict[str, Build] = {
     "mix of three, equal": lambda m: m.IterDataset.mix(
         [m.MapDataset.range(s, s + 20).to_iter_dataset() for s in (0, 100, 200)]
     ),
-    "after a mix, in order": lambda m: m.IterDataset.mix(
-        [m.MapDataset.range(40).to_iter_dataset(), m.MapDataset.range(100, 140).to_iter_dataset()], [1, 2]
-    )
-    .map(lambda x: x + 1)
-    .filter(odd)
-    .random_map(draw, seed=4)
-    .batch(3),
+    "after a mix, in order": lambda m: (
+        m.IterDataset.mix(
+            [m.MapDataset.range(40).to_iter_dataset(), m.MapDataset.range(100, 140).to_iter_dataset()], [1, 2]
+        )
+        .map(lambda x: x + 1)
+        .filter(odd)
+        .random_map(draw, seed=4)
+        .batch(3)
+    ),
     "window shuffle": lambda m: m.WindowShuffleIterDataset(
         m.MapDataset.range(103).to_iter_dataset(), window_size=10, seed=42
     ),
@@ -165,7 +175,7 @@ PIPELINES: dict[str, Build] = {
     ),
     "mix, pack, batch": lambda m: m.FirstFitPackIterDataset(
         m.IterDataset.mix(
-            [m.MapDataset.source(tokens(6, 90)).to_iter_dataset(), m.MapDataset.source(tokens(7, 90)).to_iter_dataset()],
+            [m.MapDataset.source(tokens(seed, 90)).to_iter_dataset() for seed in (6, 7)],
             [3, 1],
         ),
         length_struct={"inputs": 32, "targets": 32},
@@ -212,7 +222,10 @@ def test_grains_transform_objects_work_in_an_iter_dataset() -> None:
         def random_map(self, x: int, rng: np.random.Generator) -> Any:
             return draw(x, rng)
 
-    compare(lambda m: m.MapDataset.range(30).to_iter_dataset().map(Triple()).random_map(Draw(), seed=1).filter(Odd()))
+    def build(m: Any) -> Any:
+        return m.MapDataset.range(30).to_iter_dataset().map(Triple()).random_map(Draw(), seed=1).filter(Odd())
+
+    compare(build)
 
 
 def test_grains_read_options_are_accepted() -> None:
