@@ -110,16 +110,21 @@ class InterleaveStage(Stage[Any]):
             else:
                 self._turn = (slot + 1) % len(self._slots)
 
-    def get_state(self) -> dict[str, Any]:
-        slots: list[list[Any] | None] = []
+    def snapshot(self) -> Any:
+        slots: list[tuple[int, Stage[Any] | None, Any] | None] = []
         for slot, stage in enumerate(self._slots):
             if stage is not None:
-                slots.append([self._which[slot], stage.get_state(), False])
+                slots.append((self._which[slot], stage, stage.snapshot()))
             elif self._ended[slot] is not None:
-                slots.append([self._which[slot], self._ended[slot], True])
+                slots.append((self._which[slot], None, self._ended[slot]))
             else:
                 slots.append(None)  # not opened yet
-        return {"stage": "interleave", "turn": self._turn, "opened": self._opened, "slots": slots}
+        return self._turn, self._opened, tuple(slots)
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        turn, opened, slots = token
+        states: list[list[Any] | None] = [None if slot is None else _slot_state(*slot) for slot in slots]
+        return {"stage": "interleave", "turn": turn, "opened": opened, "slots": states}
 
     def set_state(self, state: dict[str, Any]) -> None:
         turn, opened, slots = state_fields(state, "interleave", ("turn", "opened", "slots"))
@@ -153,3 +158,8 @@ class InterleaveStage(Stage[Any]):
             open_stages = [stage for stage in self._slots if stage is not None]
         for stage in open_stages:
             stage.close()
+
+
+def _slot_state(which: int, stage: Stage[Any] | None, token: Any) -> list[Any]:
+    """A slot's state: its dataset, and its stage's state or (ended) its last state."""
+    return [which, token, True] if stage is None else [which, stage.state_of(token), False]

@@ -161,7 +161,9 @@ class _CountingStage(Stage[Any]):
         try:
             return function(*args)
         except StopIteration as error:
-            raise stop_iteration_error(self._label) from error
+            wrapped = stop_iteration_error(self._label)
+            add_note(wrapped, self._label, self._taken - 1)
+            raise wrapped from error
         except USER_ERRORS as error:
             add_note(error, self._label, self._taken - 1)
             raise
@@ -171,8 +173,11 @@ class _CountingStage(Stage[Any]):
         self._taken += 1
         return element
 
-    def get_state(self) -> dict[str, Any]:
-        return self._parent.get_state()  # nothing of its own: Grain's map, filter and batch
+    def snapshot(self) -> Any:
+        return self._parent.snapshot()  # nothing of its own: Grain's map, filter and batch
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        return self._parent.state_of(token)
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
@@ -218,8 +223,12 @@ class RandomMapStage(_CountingStage):
         index, self._index = self._index, self._index + 1
         return None if element is None else self._call(self._function, element, self._new_rng(index))
 
-    def get_state(self) -> dict[str, Any]:
-        return {"stage": "random_map", "parent": self._parent.get_state(), "index": self._index}
+    def snapshot(self) -> Any:
+        return self._parent.snapshot(), self._index
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        parent, index = token
+        return {"stage": "random_map", "parent": self._parent.state_of(parent), "index": index}
 
     def set_state(self, state: dict[str, Any]) -> None:
         parent, index = state_fields(state, "random_map", ("parent", "index"))

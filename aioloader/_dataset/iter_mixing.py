@@ -67,10 +67,14 @@ class MixStage(Stage[Any]):
     def _name(self, which: int) -> str:
         return repr(self._names[which]) if self._names is not None else str(which)
 
-    def get_state(self) -> dict[str, Any]:
-        states = [parent.get_state() for parent in self.parents]
+    def snapshot(self) -> Any:
+        return self._index, self._stopped, tuple(parent.snapshot() for parent in self.parents)
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        index, stopped, tokens = token
+        states = [parent.state_of(t) for parent, t in zip(self.parents, tokens, strict=True)]
         by_input: Any = states if self._names is None else dict(zip(self._names, states, strict=True))
-        return {"stage": "mix", "parents": by_input, "index": self._index, "stop": self._stopped}
+        return {"stage": "mix", "parents": by_input, "index": index, "stop": stopped}
 
     def set_state(self, state: dict[str, Any]) -> None:
         parents, index, stopped = state_fields(state, "mix", ("parents", "index", "stop"))

@@ -8,9 +8,9 @@ that read and tokenize.
 
 A packer's own state holds positions in its input only (where the pack or row being
 given began, and how much of it was given), never data; the stage adds the parent's
-state at that position. To know it, the stage asks the parent for its state before
-each element it reads (as Grain's packers do) and keeps those of the pack being
-filled. Resuming restores the parent there and packs that pack again, skipping what
+state at that position. To know it, the stage takes the parent's snapshot before
+each element it reads (Grain's packers take the parent's whole state) and keeps those
+of the pack being filled. Resuming restores the parent there and packs that pack again, skipping what
 was given: exactly the rows that came next.
 """
 
@@ -109,18 +109,18 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
 
 
 class _Inputs:
-    """The parent's elements numbered from `start`, with the parent's state before each one
-    kept from the position the caller still needs (`keep_from`) on."""
+    """The parent's elements numbered from `start`, with the parent's snapshot before each,
+    kept from the oldest position still asked for on."""
 
-    def __init__(self, parent: Stage[Any], start: int, state: dict[str, Any]) -> None:
+    def __init__(self, parent: Stage[Any], start: int) -> None:
         self._parent = parent
-        self._states: collections.deque[tuple[int, dict[str, Any]]] = collections.deque([(start, state)])
+        self._tokens: collections.deque[tuple[int, Any]] = collections.deque([(start, parent.snapshot())])
         self._next = start
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            if self._states[-1][0] != self._next:
-                self._states.append((self._next, self._parent.get_state()))
+            if self._tokens[-1][0] != self._next:
+                self._tokens.append((self._next, self._parent.snapshot()))
             try:
                 element = next(self._parent)
             except StopIteration:
@@ -128,13 +128,13 @@ class _Inputs:
             self._next += 1
             yield element
 
-    def state_at(self, position: int) -> dict[str, Any]:
-        """The parent's state before element `position`, forgetting those before it."""
-        while self._states[0][0] < position:
-            self._states.popleft()
-        found, state = self._states[0]
+    def token_at(self, position: int) -> Any:
+        """The parent's snapshot before element `position`, forgetting those before it."""
+        while self._tokens[0][0] < position:
+            self._tokens.popleft()
+        found, token = self._tokens[0]
         assert found == position, (found, position)
-        return state
+        return token
 
 
 class _PackerStage(Stage[dict[str, Any]]):
@@ -149,8 +149,9 @@ class _PackerStage(Stage[dict[str, Any]]):
         self._inputs: _Inputs | None = None
         self._after: Any = None  # the packer's state after the last row given
 
-    def _start(self, parent_state: dict[str, Any], packer_state: Any) -> None:
-        self._inputs = _Inputs(self._parent, packer_state.start, parent_state)
+    def _start(self, packer_state: Any) -> None:
+        """Pack from `packer_state`, the parent standing where it says."""
+        self._inputs = _Inputs(self._parent, packer_state.start)
         self._rows = self._pack(iter(self._inputs), packer_state)
         self._after = packer_state
 
@@ -162,15 +163,19 @@ class _PackerStage(Stage[dict[str, Any]]):
 
     def __next__(self) -> dict[str, Any]:
         if self._rows is None:
-            self._start(self._parent.get_state(), self._first_state())
+            self._start(self._first_state())
         assert self._rows is not None
         row, self._after = next(self._rows)
         return row
 
-    def get_state(self) -> dict[str, Any]:
+    def snapshot(self) -> Any:
         if self._inputs is None:
-            return self._state_dict(self._parent.get_state(), self._first_state())
-        return self._state_dict(self._inputs.state_at(self._after.start), self._after)
+            return self._parent.snapshot(), self._first_state()
+        return self._inputs.token_at(self._after.start), self._after
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        parent, packer_state = token
+        return self._state_dict(self._parent.state_of(parent), packer_state)
 
     def _state_dict(self, parent_state: dict[str, Any], packer_state: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -202,7 +207,7 @@ class BinPackStage(_PackerStage):
         parent, start, emitted, rows = state_fields(state, "pack", ("parent", "start", "emitted", "rows"))
         packer_state = _checked(PackState, start, emitted, rows)
         self._parent.set_state(parent)
-        self._start(parent, packer_state)
+        self._start(packer_state)
 
 
 class SplitStage(_PackerStage):
@@ -233,7 +238,7 @@ class SplitStage(_PackerStage):
         parent, start, offsets, emitted = state_fields(state, "concat_then_split", fields)
         packer_state = _checked(SplitState, start, offsets, emitted)
         self._parent.set_state(parent)
-        self._start(parent, packer_state)
+        self._start(packer_state)
 
 
 def _checked(make: Callable[..., Any], *fields: Any) -> Any:

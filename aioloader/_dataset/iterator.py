@@ -27,12 +27,13 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from aioloader._dataset.iter_base import IterDataset
-from aioloader._dataset.parallel import EnginePart, engine_state, loader_state
+from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
 from aioloader._dataset.prefetch import DevicePutIterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage
 from aioloader._device.device_put import DevicePut
 from aioloader._device.handoff import Handoff
 from aioloader._iteration.iterators import AsyncDataLoaderIterator
+from aioloader._iteration.state import CheckpointableIterator
 
 T = TypeVar("T")
 
@@ -52,13 +53,13 @@ def _compile(dataset: IterDataset[Any]) -> tuple[Plan, DevicePut | None]:
 class Background:
     """A stage run by a thread of its own, a few outputs ahead of the consumer.
 
-    Each output travels with the stage's state after it, so that the consumer's state is
-    the one after the last output it took. An error travels in order and ends the run.
+    Each output travels with the stage's snapshot after it, so that the consumer's state
+    is the one after the last output it took. An error travels in order and ends the run.
     """
 
     def __init__(self, stage: Stage[Any], device_put: DevicePut | None) -> None:
         size = _BACKGROUND_BUFFER if device_put is None else device_put.buffer_size
-        self._handoff: Handoff[tuple[Any, dict[str, Any]] | BaseException] = Handoff(size)
+        self._handoff: Handoff[tuple[Any, Any] | BaseException] = Handoff(size)
         self._thread = threading.Thread(
             target=_produce,
             args=(stage, device_put, self._handoff),
@@ -67,11 +68,11 @@ class Background:
         )
         self._thread.start()
 
-    def get(self) -> tuple[Any, dict[str, Any]] | None:
-        """The next output and the state after it (blocking); None at the end."""
+    def get(self) -> tuple[Any, Any] | None:
+        """The next output and the snapshot after it (blocking); None at the end."""
         return _unwrap(self._handoff.get())
 
-    async def aget(self) -> tuple[Any, dict[str, Any]] | None:
+    async def aget(self) -> tuple[Any, Any] | None:
         """`get` on the consumer's loop, which it does not block."""
         return _unwrap(await self._handoff.aget())
 
@@ -92,12 +93,12 @@ class Background:
 
 
 def _produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
-    """The background thread: every output of `stage`, with its state, into `handoff`."""
+    """The background thread: every output of `stage`, with its snapshot, into `handoff`."""
     try:
         for count, item in enumerate(stage, 1):
             if device_put is not None:
                 item = device_put.transfer(item, (count, 0, 0))  # a failure names output `count - 1`
-            if not handoff.put((item, stage.get_state())):
+            if not handoff.put((item, stage.snapshot())):
                 return
             del item
     except BaseException as error:
@@ -106,10 +107,13 @@ def _produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[A
         handoff.close()
 
 
-def _unwrap(found: tuple[Any, dict[str, Any]] | BaseException | None) -> tuple[Any, dict[str, Any]] | None:
+def _unwrap(found: tuple[Any, Any] | BaseException | None) -> tuple[Any, Any] | None:
     if isinstance(found, BaseException):
         raise found
     return found
+
+
+_NOW = object()  # no token kept: the state is the stage's own, now
 
 
 class _Run:
@@ -117,8 +121,9 @@ class _Run:
 
     `stage` runs in the consumer's thread, or in `background` (for `async for`, or with
     a device stage after stages in order); `loader` is set instead when an async
-    pipeline is one parallel part. `state` is the state after the last output taken
-    from the background (None before the first).
+    pipeline is one parallel part. `token` is the stage's snapshot the state comes
+    from when it is not the stage's state now: the one after the last output taken
+    from the background, or the one before an output that failed.
     """
 
     def __init__(self, dataset: IterDataset[Any], asynchronous: bool) -> None:
@@ -135,25 +140,40 @@ class _Run:
         else:
             self.stage, self.device = as_stage(plan), device
             self.in_background = asynchronous or device is not None
+        # A parallel part keeps its own state right when it fails; stages in order do not.
+        self.snapshots = self.stage is not None and not isinstance(self.stage, EngineStage)
         self.background: Background | None = None
-        self.state: dict[str, Any] | None = None
+        self.token: Any = _NOW
         self.closed = False
 
     def next(self) -> Any:
         """The next output, in the consumer's thread; closes the run at the end or on an error."""
+        stage = self.stage
+        assert stage is not None
         try:
             if self.closed:
                 raise StopIteration
-            assert self.stage is not None
-            if not self.in_background:
-                return next(self.stage)
-            found = self._background().get()
-            if found is None:
-                raise StopIteration
+            if self.in_background:
+                return self._from_background()
+            if not self.snapshots:
+                return next(stage)
+            before = stage.snapshot()
+            try:
+                return next(stage)
+            except StopIteration:
+                raise
+            except BaseException:
+                self.token = before  # the stage took the failed element in: the state is from before it
+                raise
         except BaseException:
             self.close()
             raise
-        item, self.state = found
+
+    def _from_background(self) -> Any:
+        found = self._background().get()
+        if found is None:
+            raise StopIteration
+        item, self.token = found
         return item
 
     async def anext(self) -> Any:
@@ -168,23 +188,23 @@ class _Run:
         if found is None:
             await self.aclose()
             raise StopAsyncIteration
-        item, self.state = found
+        item, self.token = found
         return item
 
     def _background(self) -> Background:
         if self.background is None:
             assert self.stage is not None
-            self.state = self.stage.get_state()
+            self.token = self.stage.snapshot()
             self.background = Background(self.stage, self.device)
         return self.background
 
     def get_state(self) -> dict[str, Any]:
         if self.loader is not None:
             return engine_state(self.loader.get_state())
-        if self.state is not None:
-            return self.state
         assert self.stage is not None
-        return self.stage.get_state()
+        if self.token is _NOW:
+            return self.stage.get_state()
+        return self.stage.state_of(self.token)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Resume a fresh run (before its first output) from `state`."""
@@ -228,7 +248,7 @@ class _Holder:
         self.run.close()
 
 
-class _Iterator(Generic[T]):
+class _Iterator(CheckpointableIterator, Generic[T]):
     """What both iterators share: the dataset, the current run, and the state."""
 
     _asynchronous = False

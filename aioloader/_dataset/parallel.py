@@ -22,12 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from aioloader._common.options import ReadOptions
+from aioloader._common.positions import Position
 from aioloader._common.validation import require_bool
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
 from aioloader._device.device_put import DevicePut
-from aioloader._iteration.iterators import DataLoaderIterator
+from aioloader._iteration.iterators import DataLoaderIterator, position_of, state_at
 from aioloader._loader import DataLoader
 from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
 from aioloader._sampling.sampler import IndexSampler
@@ -106,8 +107,11 @@ class EngineStage(Stage[Any]):
     def __next__(self) -> Any:
         return next(self._iterator)
 
-    def get_state(self) -> dict[str, Any]:
-        return engine_state(self._iterator.get_state())
+    def snapshot(self) -> Position:
+        return position_of(self._iterator)
+
+    def state_of(self, token: Position) -> dict[str, Any]:
+        return engine_state(state_at(self._iterator, token))
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._iterator.set_state(loader_state(state))

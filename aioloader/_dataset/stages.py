@@ -9,10 +9,15 @@
 * a stage runs in order in the consumer's iterator: a mix, a window shuffle, an
   interleave, a packer, and the maps, filters and batches that follow one of them.
 
-A stage gives its elements with `next()`. Its `get_state()` is a small JSON-serialisable
-dict; a *fresh* stage of the same pipeline given it with `set_state()` continues exactly
-after the last element given. One thread drives a stage at a time; `close()` may come
-from another thread, and stops every engine below it (its `next()` then ends).
+A stage gives its elements with `next()`. Where it stands is taken in two steps:
+`snapshot()` is a cheap immutable token (positions, no JSON), taken as often as needed
+(before each element a packer reads, with each output a background thread hands over);
+`state_of(token)` makes the small JSON-serialisable dict from it, only when a state is
+asked for, from any thread (it reads only the token and what never changes).
+`get_state()` is both at once. A *fresh* stage of the same pipeline given a state with
+`set_state()` continues exactly after the last element given then. One thread drives a
+stage at a time; `close()` may come from another thread, and stops every engine below
+it (its `next()` then ends).
 """
 
 from __future__ import annotations
@@ -50,8 +55,16 @@ class Stage(abc.ABC, Generic[T_co]):
         """The next element; StopIteration at the end; the user's errors as they are."""
 
     @abc.abstractmethod
+    def snapshot(self) -> Any:
+        """Where the stage stands now, after the last element it gave: an immutable token."""
+
+    @abc.abstractmethod
+    def state_of(self, token: Any) -> dict[str, Any]:
+        """The state for a token `snapshot` gave (any time later, from any thread)."""
+
     def get_state(self) -> dict[str, Any]:
         """Where the stage stands, after the last element it gave: small JSON."""
+        return self.state_of(self.snapshot())
 
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
@@ -83,8 +96,11 @@ class ForeignStage(Stage[Any]):
     def __next__(self) -> Any:
         return next(self._iterator)
 
-    def get_state(self) -> dict[str, Any]:
-        return {"stage": "iterator", "state": self._iterator.get_state()}
+    def snapshot(self) -> Any:
+        return self._iterator.get_state()
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        return {"stage": "iterator", "state": token}
 
     def set_state(self, state: dict[str, Any]) -> None:
         (inner,) = state_fields(state, "iterator", ("state",))

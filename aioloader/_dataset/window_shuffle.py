@@ -62,7 +62,7 @@ class WindowShuffleStage(Stage[Any]):
         self._window: list[Any] = []
         self._window_index = 0
         self._given = 0  # elements of the current window given out
-        self._window_start: dict[str, Any] | None = None  # the parent's state where it began
+        self._window_start: Any = None  # the parent's snapshot where it began
         self._parent_ended = False
 
     def _fill(self) -> None:
@@ -79,7 +79,7 @@ class WindowShuffleStage(Stage[Any]):
         if not self._window:
             if self._parent_ended:
                 raise StopIteration
-            self._window_start = self._parent.get_state()
+            self._window_start = self._parent.snapshot()
             self._fill()
             self._given = 0
             if not self._window:
@@ -90,19 +90,19 @@ class WindowShuffleStage(Stage[Any]):
             self._window_index += 1
         return element
 
-    def get_state(self) -> dict[str, Any]:
-        start = self._parent.get_state() if self._window_start is None else self._window_start
-        return {
-            "stage": "window_shuffle",
-            "parent": start,
-            "window": self._window_index,
-            "given": self._given,
-        }
+    def snapshot(self) -> Any:
+        start = self._parent.snapshot() if self._window_start is None else self._window_start
+        return start, self._window_index, self._given
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        start, window, given = token
+        parent = self._parent.state_of(start)
+        return {"stage": "window_shuffle", "parent": parent, "window": window, "given": given}
 
     def set_state(self, state: dict[str, Any]) -> None:
         start, window, given = state_fields(state, "window_shuffle", ("parent", "window", "given"))
         self._parent.set_state(start)
-        self._window_start = start
+        self._window_start = self._parent.snapshot()
         self._window_index, self._given = require_count("window", window), require_count("given", given)
         self._fill()
         del self._window[len(self._window) - min(self._given, len(self._window)) :]

@@ -8,6 +8,7 @@ it, so a state resumes under any `worker_count` or executor.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from aioloader._common.positions import Position
@@ -52,3 +53,17 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"`state['position']['{name}']` must be an int >= 0, got {value!r}.")
     return (values[0], values[1], values[2])  # type: ignore[return-value]
+
+
+class CheckpointableIterator(abc.ABC):
+    """An iterator the orbax handler saves and restores besides a DataLoader's: the
+    iterators of an IterDataset, defined a layer up, derive from it.
+
+    `get_state()` returns a JSON-serialisable dict; `set_state(state)` resumes from it.
+    """
+
+    @abc.abstractmethod
+    def get_state(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None: ...
