@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 import aioloader as al
+from aioloader._executors.interpreter.subinterpreters import unavailable
 from tests.conftest import aioloader_threads, repeated
 from tests.support.outputs import notes
 from tests.support.tracked import Ledger, TrackedSource
-from tests.support.transforms import shout
+from tests.support.transforms import is_long, shout
 
 Build = Callable[[int], al.IterDataset[Any]]  # worker count -> pipeline
 
@@ -230,7 +231,7 @@ def test_a_mix_by_name_resumes_with_new_weights_and_new_components() -> None:
     web_after = [x for x in after if 10_000 <= x < 50_000]
     assert web_before + web_after == list(range(10_000, 10_000 + len(web_before) + len(web_after)))
     assert [x for x in after if x >= 50_000] == list(range(50_000, 50_000 + 100))  # from its start
-    assert after[:4] == [web_after[0], 50_000, web_after[1], 50_001] or len(set(after)) == 200
+    assert len(web_after) == 100  # the new weights select from here on
 
 
 def test_a_mix_by_list_refuses_a_state_with_another_number_of_datasets() -> None:
@@ -555,3 +556,13 @@ def test_device_put_puts_the_outputs_on_the_device() -> None:
         with iter(on_device) as resumed:
             resumed.set_state(states_after_each_output(PIPELINES[name], 0)[2])
             assert_on_device_and_equal(next(resumed), plain[2])
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"{unavailable()}")
+def test_the_interpreter_executor_gives_the_same_outputs() -> None:
+    def pipeline(executor: str) -> al.IterDataset[Any]:
+        words = al.MapDataset.source([f"w{i}" * (i % 4) for i in range(300)]).filter(bool)
+        part = words.to_iter_dataset().map(shout).filter(is_long).batch(5, batch_fn=list)
+        return al.IterDataset.mix([part, part]).prefetch(2, executor=executor)
+
+    assert list(pipeline("interpreter")) == list(pipeline("thread"))

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from aioloader._common.validation import require_int
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, require_count, state_fields
-from aioloader._sampling.index_shuffle import index_shuffle_array
 
 T = TypeVar("T")
 
@@ -47,6 +46,10 @@ class WindowShuffleIterDataset(IterDataset[T]):
 
 def shuffle_window(window: list[Any], seed: int) -> list[Any]:
     """Grain's order of one window: position `p` holds `window[index_shuffle(p)]`."""
+    # Imported here: `import aioloader` must not touch NumPy (subinterpreters import it
+    # with a stand-in for NumPy), and index_shuffle does at import.
+    from aioloader._sampling.index_shuffle import index_shuffle_array
+
     if not window:
         return []
     order = index_shuffle_array(range(len(window)), len(window) - 1, seed % _SEEDS).tolist()
