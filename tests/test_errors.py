@@ -145,17 +145,6 @@ async def test_async_errors_arrive_in_order(workers: int) -> None:
     assert "index=11" in notes(caught)
 
 
-def drain_all(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    """Every output before the error, and the error, whatever its kind."""
-    got: list[Any] = []
-    try:
-        for item in loader:
-            got.append(item)
-    except BaseException as error:
-        return got, error
-    raise AssertionError(f"no error after {len(got)} outputs")
-
-
 class RaisesOn(MapTransform):
     """Raises `error(...)` on one record value: errors that are not plain Exceptions."""
 
@@ -175,7 +164,7 @@ def test_a_transform_raising_stop_iteration_or_system_exit_fails_in_order(
 ) -> None:
     # StopIteration would end `list.extend` over a `map` silently, losing records 5 onwards;
     # SystemExit and GeneratorExit would skip the outputs before them. Each arrives in order.
-    got, error = drain_all(loader_with([RaisesOn(5, kind), Batch(2)], workers))
+    got, error = drain(loader_with([RaisesOn(5, kind), Batch(2)], workers), BaseException)
     assert [x.tolist() for x in got] == [[0, 1], [2, 3]]
     assert type(error) is (RuntimeError if kind is StopIteration else kind)
     assert "index=5, record_key=5" in notes(error)
@@ -192,7 +181,7 @@ def test_a_filter_raising_stop_iteration_or_system_exit_fails_in_order(
                 raise kind("refused")
             return True
 
-    got, error = drain_all(loader_with([Refuses()], workers))
+    got, error = drain(loader_with([Refuses()], workers), BaseException)
     assert got == list(range(9))
     assert type(error) is (RuntimeError if kind is StopIteration else kind)
 

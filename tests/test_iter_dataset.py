@@ -22,7 +22,7 @@ import pytest
 import aioloader as al
 from aioloader._executors.interpreter.subinterpreters import unavailable
 from tests.conftest import aioloader_threads, repeated
-from tests.support.outputs import notes
+from tests.support.outputs import drain, notes
 from tests.support.tracked import Ledger, TrackedSource
 from tests.support.transforms import is_long, shout
 
@@ -257,13 +257,7 @@ class HostileMap:
 
 
 def first_error(iterator: Iterator[Any]) -> tuple[list[Any], BaseException]:
-    got: list[Any] = []
-    try:
-        for item in iterator:
-            got.append(item)
-    except BaseException as error:
-        return got, error
-    raise AssertionError(f"no error after {len(got)} outputs")
+    return drain(iterator, BaseException)
 
 
 HOSTILE = [(StopIteration, RuntimeError), (SystemExit, SystemExit), (KeyError, KeyError)]

@@ -17,8 +17,9 @@ was given: exactly the rows that came next.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, state_fields
@@ -73,7 +74,7 @@ class FirstFitPackIterDataset(_PackIterDataset):
             max_sequences_per_bin=max_sequences_per_bin,
             shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
         )
-        super().__init__(parent, lambda stage: BinPackStage(stage, packer))
+        super().__init__(parent, lambda stage: PackerStage(stage, packer, "pack", PackState))
 
 
 class BestFitPackIterDataset(FirstFitPackIterDataset):
@@ -105,7 +106,7 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
             bos_features=tuple(bos_features),
             bos_token_id=bos_token_id,
         )
-        super().__init__(parent, lambda stage: SplitStage(stage, packer))
+        super().__init__(parent, lambda stage: PackerStage(stage, packer, "concat_then_split", SplitState))
 
 
 class _Inputs:
@@ -137,14 +138,18 @@ class _Inputs:
         return token
 
 
-class _PackerStage(Stage[dict[str, Any]]):
-    """A packer running over the parent; its state is `{kind, parent, <the packer's state>}`."""
+class _Packer(Protocol):
+    def pack(self, elements: Iterable[Any], state: Any = None) -> Iterator[tuple[dict[str, Any], Any]]: ...
 
-    kind: str
 
-    def __init__(self, parent: Stage[Any]) -> None:
+class PackerStage(Stage[dict[str, Any]]):
+    """A packer running over the parent. Its state is `{"stage": kind, "parent": ...}` and
+    the fields of the packer's own state (`PackState` or `SplitState`), by name."""
+
+    def __init__(self, parent: Stage[Any], packer: _Packer, kind: str, state_type: type[Any]) -> None:
         super().__init__((parent,))
-        self._parent = parent
+        self._parent, self._packer, self._kind, self._state_type = parent, packer, kind, state_type
+        self._fields = tuple(field.name for field in dataclasses.fields(state_type))
         self._rows: Iterator[tuple[dict[str, Any], Any]] | None = None
         self._inputs: _Inputs | None = None
         self._after: Any = None  # the packer's state after the last row given
@@ -152,93 +157,36 @@ class _PackerStage(Stage[dict[str, Any]]):
     def _start(self, packer_state: Any) -> None:
         """Pack from `packer_state`, the parent standing where it says."""
         self._inputs = _Inputs(self._parent, packer_state.start)
-        self._rows = self._pack(iter(self._inputs), packer_state)
+        self._rows = self._packer.pack(iter(self._inputs), packer_state)
         self._after = packer_state
-
-    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
-        raise NotImplementedError
-
-    def _first_state(self) -> Any:
-        raise NotImplementedError
 
     def __next__(self) -> dict[str, Any]:
         if self._rows is None:
-            self._start(self._first_state())
+            self._start(self._state_type())
         assert self._rows is not None
         row, self._after = next(self._rows)
         return row
 
     def snapshot(self) -> Any:
         if self._inputs is None:
-            return self._parent.snapshot(), self._first_state()
+            return self._parent.snapshot(), self._state_type()
         return self._inputs.token_at(self._after.start), self._after
 
     def state_of(self, token: Any) -> dict[str, Any]:
         parent, packer_state = token
-        return self._state_dict(self._parent.state_of(parent), packer_state)
-
-    def _state_dict(self, parent_state: dict[str, Any], packer_state: Any) -> dict[str, Any]:
-        raise NotImplementedError
-
-
-class BinPackStage(_PackerStage):
-    """First-fit or best-fit packing running."""
-
-    def __init__(self, parent: Stage[Any], packer: FirstFitPacker) -> None:
-        super().__init__(parent)
-        self._packer = packer
-
-    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
-        return self._packer.pack(elements, state)
-
-    def _first_state(self) -> PackState:
-        return PackState()
-
-    def _state_dict(self, parent_state: dict[str, Any], state: Any) -> dict[str, Any]:
-        return {
-            "stage": "pack",
-            "parent": parent_state,
-            "start": state.start,
-            "emitted": state.emitted,
-            "rows": state.rows,
-        }
+        fields = {name: _plain(getattr(packer_state, name)) for name in self._fields}
+        return {"stage": self._kind, "parent": self._parent.state_of(parent), **fields}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        parent, start, emitted, rows = state_fields(state, "pack", ("parent", "start", "emitted", "rows"))
-        packer_state = _checked(PackState, start, emitted, rows)
+        parent, *fields = state_fields(state, self._kind, ("parent", *self._fields))
+        packer_state = _checked(self._state_type, *fields)
         self._parent.set_state(parent)
         self._start(packer_state)
 
 
-class SplitStage(_PackerStage):
-    """Concat-then-split running."""
-
-    def __init__(self, parent: Stage[Any], packer: ConcatThenSplitPacker) -> None:
-        super().__init__(parent)
-        self._packer = packer
-
-    def _pack(self, elements: Iterator[Any], state: Any) -> Iterator[tuple[dict[str, Any], Any]]:
-        return self._packer.pack(elements, state)
-
-    def _first_state(self) -> SplitState:
-        return SplitState()
-
-    def _state_dict(self, parent_state: dict[str, Any], state: Any) -> dict[str, Any]:
-        offsets = None if state.offsets is None else dict(state.offsets)
-        return {
-            "stage": "concat_then_split",
-            "parent": parent_state,
-            "start": state.start,
-            "offsets": offsets,
-            "emitted": state.emitted,
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        fields = ("parent", "start", "offsets", "emitted")
-        parent, start, offsets, emitted = state_fields(state, "concat_then_split", fields)
-        packer_state = _checked(SplitState, start, offsets, emitted)
-        self._parent.set_state(parent)
-        self._start(packer_state)
+def _plain(value: Any) -> Any:
+    """A packer state's field as JSON has it (a mapping of offsets as a dict)."""
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _checked(make: Callable[..., Any], *fields: Any) -> Any:

@@ -214,13 +214,17 @@ class _Run:
             assert self.stage is not None
             self.stage.set_state(state)
 
-    def close(self) -> None:
-        """Stop every thread of the run (from any thread); idempotent."""
+    def _stop(self) -> None:
+        """Take nothing more, and stop the engines (the background thread then ends)."""
         self.closed = True
         if self.background is not None:
             self.background.stop()
         if self.stage is not None:
             self.stage.close()
+
+    def close(self) -> None:
+        """Stop every thread of the run (from any thread); idempotent."""
+        self._stop()
         if self.background is not None:
             self.background.join()
 
@@ -228,11 +232,7 @@ class _Run:
         """`close` on the consumer's loop, waiting for the threads without blocking it."""
         if self.loader is not None:
             await self.loader.aclose()
-        self.closed = True
-        if self.background is not None:
-            self.background.stop()
-        if self.stage is not None:
-            self.stage.close()
+        self._stop()
         if self.background is not None:
             await self.background.ajoin()
 
