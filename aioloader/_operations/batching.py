@@ -1,8 +1,14 @@
 """Batching: stacking elements leaf by leaf, and the runs of batches the workers make.
 
-Default batching follows Grain: elements that are dicts, tuples (named or
-not) or lists of numpy arrays and scalars become one structure of the same
-shape whose leaves are the stacked leaves. `Batch(batch_fn=...)` replaces it.
+Default batching follows Grain (and `jax.tree_util`): elements that are
+dicts, tuples (named or not) or lists of numpy arrays and scalars become one
+structure of the same shape whose leaves are the stacked leaves. Dicts are
+matched by key, whatever order their keys come in, and the batch's keys are
+sorted, as `jax.tree_util` orders them. Leaves that are `str` or `bytes`
+become a 1-D numpy array of dtype `object` holding the very objects: numpy's
+`U`/`S` arrays would strip trailing NUL characters and bytes. Elements of
+different structure are a ValueError, the type Grain raises.
+`Batch(batch_fn=...)` replaces all this.
 """
 
 from __future__ import annotations
@@ -24,11 +30,7 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
     """Stack `elements` leaf by leaf into one batch (numpy arrays at the leaves)."""
     first = elements[0]
     if isinstance(first, dict):
-        keys = list(first)
-        for i, element in enumerate(elements):
-            if not isinstance(element, dict) or list(element) != keys:
-                raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
-        return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+        return _stack_dicts(elements, path)
     if isinstance(first, (tuple, list)):
         for i, element in enumerate(elements):
             if type(element) is not type(first) or len(element) != len(first):
@@ -39,6 +41,32 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
         if isinstance(first, list):
             return leaves
         return type(first)(*leaves) if hasattr(first, "_fields") else tuple(leaves)
+    return _stack_leaves(elements, path)
+
+
+def _stack_dicts(elements: Sequence[Any], path: str) -> dict[Any, Any]:
+    """Dicts matched by key (in any order); the batch has the keys sorted, as in JAX."""
+    keys = _sorted_keys(elements[0])
+    wanted = set(keys)
+    for i, element in enumerate(elements):
+        if not isinstance(element, dict) or element.keys() != wanted:
+            raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
+    return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+
+
+def _sorted_keys(mapping: dict[Any, Any]) -> list[Any]:
+    try:
+        return sorted(mapping)
+    except TypeError:  # keys of several types: keep the first element's order
+        return list(mapping)
+
+
+def _stack_leaves(elements: Sequence[Any], path: str) -> np.ndarray:
+    if any(isinstance(e, (str, bytes)) for e in elements):
+        exact = np.empty(len(elements), dtype=object)
+        for i, element in enumerate(elements):  # one by one: numpy converts nothing
+            exact[i] = element
+        return exact
     try:
         return np.stack([np.asarray(e) for e in elements])
     except ValueError as error:
