@@ -102,7 +102,7 @@ def test_device_put_must_be_a_device_put() -> None:
 def test_source_constructors() -> None:
     with pytest.raises(ValueError, match="`step` must not be zero"):
         RangeDataSource(0, 10, 0)
-    with pytest.raises(TypeError, match="`seq` must be a sequence"):
+    with pytest.raises(TypeError, match="`elements` must be a sequence"):
         InMemoryDataSource(42)  # type: ignore[arg-type]
 
 
