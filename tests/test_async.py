@@ -63,7 +63,7 @@ def test_other_tasks_run_while_transforms_execute(workers: int, repeat: int) -> 
         task = asyncio.create_task(ticker(ticks))
         loader = DataLoader(
             data_source=RangeDataSource(0, 64),
-            sampler=IndexSampler(64, shuffle=True, seed=1),
+            sampler=IndexSampler(64, shuffle=True, seed=1, num_epochs=1),
             operations=[WaitsForTheLoop(ticked), Batch(8)],
             worker_count=workers,
         )
@@ -83,7 +83,7 @@ def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
     async def run() -> int:
         loader = DataLoader(
             data_source=RangeDataSource(0, 200),
-            sampler=IndexSampler(200),
+            sampler=IndexSampler(200, num_epochs=1),
             operations=[RecordsThread(threads), Batch(10)],
             worker_count=workers,
         )
@@ -105,7 +105,10 @@ def test_async_def_maps_run_on_the_loop() -> None:
 
     async def run() -> tuple[list[int], int]:
         loader = DataLoader(
-            data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
+            data_source=RangeDataSource(0, 30),
+            sampler=IndexSampler(30, num_epochs=1),
+            operations=[on_loop],
+            worker_count=2,
         )
         return [x async for x in loader], threading.get_ident()
 
@@ -131,14 +134,16 @@ def test_async_source_with_aget_many_is_used() -> None:
             return [k * 3 for k in keys]
 
     source = Remote()
-    loader = DataLoader(data_source=source, sampler=IndexSampler(100), worker_count=2)
+    loader = DataLoader(data_source=source, sampler=IndexSampler(100, num_epochs=1), worker_count=2)
     assert list(loader) == [k * 3 for k in range(100)]
     assert 1 <= source.calls < 100  # whole chunks, not records
 
 
 def test_iterators_are_async_context_managers() -> None:
     async def run() -> list[int]:
-        loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 5), sampler=IndexSampler(5, num_epochs=1), worker_count=1
+        )
         async with aiter(loader) as iterator:
             return [x async for x in iterator]
 

@@ -102,14 +102,23 @@ def test_state_is_small_json_whatever_the_dataset_size() -> None:
 @pytest.mark.parametrize(
     ("other", "part"),
     [
-        (lambda: DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=2)), "sampler"),
         (
-            lambda: DataLoader(data_source=RangeDataSource(0, 30), sampler=IndexSampler(20, seed=1)),
+            lambda: DataLoader(
+                data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=2, num_epochs=1)
+            ),
+            "sampler",
+        ),
+        (
+            lambda: DataLoader(
+                data_source=RangeDataSource(0, 30), sampler=IndexSampler(20, seed=1, num_epochs=1)
+            ),
             "data_source",
         ),
         (
             lambda: DataLoader(
-                data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1), operations=[Batch(2)]
+                data_source=RangeDataSource(0, 20),
+                sampler=IndexSampler(20, seed=1, num_epochs=1),
+                operations=[Batch(2)],
             ),
             "operations",
         ),
@@ -117,7 +126,7 @@ def test_state_is_small_json_whatever_the_dataset_size() -> None:
     ids=["other-sampler", "other-source", "other-operations"],
 )
 def test_state_from_another_pipeline_is_rejected(other: Any, part: str) -> None:
-    loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1))
+    loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1, num_epochs=1))
     state = iter(loader).get_state()
     with pytest.raises(ValueError, match=part):
         iter(other()).set_state(state)

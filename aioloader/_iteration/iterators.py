@@ -98,7 +98,7 @@ class _Cursor:
 
     def set_state(self, state: dict[str, Any]) -> None:
         position = read_state(state, self.loader.describe())
-        length = self.loader.sampler.length
+        length = self.loader.walk.length
         if length is not None and position[0] > length:
             raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
         self.stop()

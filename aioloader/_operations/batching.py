@@ -23,7 +23,7 @@ from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
-from aioloader._sampling.metadata import record_rng
+from aioloader._sampling.metadata import make_rng
 
 
 def stack(elements: Sequence[Any], path: str = "element") -> Any:
@@ -79,9 +79,9 @@ class BatchPlan:
     """Batches to form: `groups[b]` are the elements of batch `b`.
 
     `before[b]` is the position of its first element and `after[b]` the
-    position just after its last; `first[b]`/`last[b]` its first and last
-    record index, and `last_rng[b]` the last record's generator if one was
-    made (a batch uses its last record's generator, as in Grain).
+    position just after its last; `first[b]`/`last[b]` the global index of
+    its first and last record, and `last_rng[b]` the last record's generator
+    if one was made (a batch uses its last record's generator, as in Grain).
     """
 
     groups: list[list[Any]]
@@ -109,10 +109,10 @@ class BatchRun(Run):
                 self.failure = self.blame(b, error, "Batch" if batch.batch_fn is None else "Batch.batch_fn")
                 break
 
-    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+    def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         rng = self.plan.last_rng[origin]
         if rng is None:
-            rng = self.plan.last_rng[origin] = record_rng(seed, self.plan.last[origin])
+            rng = self.plan.last_rng[origin] = make_rng(seed, self.plan.last[origin])
         return rng
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:

@@ -44,7 +44,7 @@ from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, aread, read
-from aioloader._sampling.sampler import IndexSampler
+from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import is_async_source
 
 
@@ -58,7 +58,7 @@ class Plan(enum.Enum):
 
 @dataclass(slots=True)
 class ChunkJob:
-    """Stage-1 work: `count` sampler indices from `start`.
+    """Stage-1 work: `count` walk positions from `start`.
 
     `skip` and `skip_outputs` are non-zero only for the first job after a
     resume inside a record's or a batch's outputs.
@@ -86,7 +86,7 @@ class Elements:
     items: list[Any]
     before: list[Position]
     after: list[Position]
-    indices: list[int]
+    indices: list[int]  # the global index of each element's record
     rngs: list[np.random.Generator | None]
     failure: Failure | None
 
@@ -115,9 +115,9 @@ class Segment:
 
 
 class Program:
-    """The source, sampler and operations, and the segments of each stage."""
+    """The source, the sampler's walk and the operations, and the segments of each stage."""
 
-    def __init__(self, source: Any, sampler: IndexSampler, operations: Operations, read_threads: int) -> None:
+    def __init__(self, source: Any, sampler: Walk, operations: Operations, read_threads: int) -> None:
         self.source, self.sampler, self.operations = source, sampler, operations
         self.seed = sampler.seed
         self.read_threads = read_threads
@@ -127,15 +127,14 @@ class Program:
         self.read_pool: ReadPool | None = None  # set by engines with worker threads
 
     def for_worker(self) -> Program:
-        """A copy for one worker: its own operations and sampler, the same source.
+        """A copy for one worker: its own operations, the same source and walk.
 
         The operations are deep-copied so that each thread owns the state its
-        transforms hold; the source is shared (sources are thread-safe, and
-        may be large).
+        transforms hold; the source and the walk are shared (both are
+        thread-safe, and a source may be large).
         """
         clone = copy.copy(self)
         clone.operations = self.operations.for_worker()
-        clone.sampler = copy.deepcopy(self.sampler)
         return clone
 
     def run_segment(self, stage: int, segment: int, payload: Any) -> Any:
@@ -158,8 +157,13 @@ class Program:
     # Synchronous steps: (arg, payload) -> payload.
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
-        keys = self.sampler.record_keys(job.start, job.start + job.count)
-        return RecordChunk(job.start, keys, job.skip, job.skip_outputs)
+        walked = self.sampler.walk(job.start, job.start + job.count)
+        chunk = RecordChunk(job.start, walked.keys, walked.indices, job.skip, job.skip_outputs)
+        chunk.rngs = walked.rngs
+        if walked.error is not None:  # a foreign sampler failed: its records so far come first
+            index = walked.indices[len(walked.keys)]
+            chunk.failure = Failure.at_record(walked.error, f"sampler[{index}]", index, None)
+        return chunk
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
         pool = self.read_pool  # see `_read_pool`
@@ -200,7 +204,7 @@ class Program:
             chunk.items,
             positions_before_elements(chunk.start, origins, chunk.skip),
             positions_after_elements(chunk.start, origins, chunk.skip),
-            [chunk.start + o for o in origins],
+            [chunk.indices[o] for o in origins],
             rngs,
             chunk.failure,
         )
@@ -218,8 +222,8 @@ class Program:
             groups=[items[b:e] for b, e in bounds],
             before=[(start + b, 0, chunk.skip_outputs if b == 0 else 0) for b, _ in bounds],
             after=[(start + e, 0, 0) for _, e in bounds],
-            first=[start + b for b, _ in bounds],
-            last=[start + e - 1 for _, e in bounds],
+            first=[chunk.indices[b] for b, _ in bounds],
+            last=[chunk.indices[e - 1] for _, e in bounds],
             last_rng=[None if rngs is None else rngs[e - 1] for _, e in bounds],
         )
         return BatchRun(plan, batch, chunk.skip_outputs, chunk.failure)
