@@ -82,7 +82,7 @@ def timed(source: str, how: str, records: int, run: Callable[[], object], repeat
 
 
 def shuffled_keys(count: int) -> list[int]:
-    return IndexSampler(count, shuffle=True, seed=0).record_keys(0, count)
+    return IndexSampler(count, shuffle=True, seed=0, num_epochs=1).record_keys(0, count)
 
 
 class Permuted:
@@ -141,7 +141,7 @@ def source_rows(name: str, label: str, make_source: Callable[[], Any], count: in
     rows = [
         timed(name, f"{label} alone, `__getitems__` by 64", count, partial(alone, make_source, keys), repeats)
     ]
-    shuffled = IndexSampler(count, shuffle=True, seed=0)
+    shuffled = IndexSampler(count, shuffle=True, seed=0, num_epochs=1)
     for workers in WORKERS:
         run = partial(through_loader, make_source, shuffled, workers)
         rows.append(timed(name, f"loader, {label}, shuffled sampler, {workers} workers", count, run, repeats))
@@ -278,14 +278,16 @@ def bench_files(directory: Path, count: int, repeats: int) -> list[Row]:
 
     def async_for(workers: int) -> None:
         loader = DataLoader(
-            data_source=AwaitedLatencyFiles(paths), sampler=IndexSampler(count), worker_count=workers
+            data_source=AwaitedLatencyFiles(paths),
+            sampler=IndexSampler(count, num_epochs=1),
+            worker_count=workers,
         )
         asyncio.run(consume(loader))
 
     rows = [timed("Files", "sequential loop, 2 ms latency", count, sequential, repeats)]
     for name, kind in (("awaited", AwaitedLatencyFiles), ("blocking", BlockingLatencyFiles)):
         for workers in (0, 2):
-            run = partial(through_loader, partial(kind, paths), IndexSampler(count), workers)
+            run = partial(through_loader, partial(kind, paths), IndexSampler(count, num_epochs=1), workers)
             rows.append(
                 timed("Files", f"loader `for`, {name} 2 ms latency, {workers} workers", count, run, repeats)
             )

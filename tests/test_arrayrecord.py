@@ -228,7 +228,7 @@ def test_asking_for_array_record_where_it_does_not_install(array_record_dir: Pat
 @pytest.mark.skipif(len(READERS) < 2, reason="needs both readers")
 def test_a_checkpoint_moves_between_readers(array_record_dir: Path) -> None:
     paths = paths_of(array_record_dir, SHARDS)
-    sampler = IndexSampler(sum(spec.count for spec in SHARDS), shuffle=True, seed=3)
+    sampler = IndexSampler(sum(spec.count for spec in SHARDS), shuffle=True, seed=3, num_epochs=1)
 
     def loader(reader: str) -> DataLoader:
         return DataLoader(

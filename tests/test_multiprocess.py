@@ -65,10 +65,11 @@ def run_cluster(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def expected_local_batches(index: int) -> list[list[int]]:
-    """Process `index`'s batches of keys, from the sampler alone."""
+    """Process `index`'s batches of keys, from the sampler alone: as Grain's DataLoader reads
+    shard `i` of `n`, at global indices `i, i + n, ...` below `len(sampler)`."""
     shard = ShardOptions(index, PROCESSES, drop_remainder=True)
-    sampler = IndexSampler(NUM_RECORDS, shard_options=shard, shuffle=True, seed=SEED)
-    keys = [sampler[i].record_key for i in range(len(sampler))]
+    sampler = IndexSampler(NUM_RECORDS, shard_options=shard, shuffle=True, seed=SEED, num_epochs=1)
+    keys = [sampler[i].record_key for i in range(index, len(sampler), PROCESSES)]
     return [keys[s : s + LOCAL_BATCH] for s in range(0, len(keys) - LOCAL_BATCH + 1, LOCAL_BATCH)]
 
 

@@ -129,7 +129,10 @@ async def _double(element: Any) -> Any:
 
 def test_an_event_loop_thread_runs_only_for_async_segments() -> None:
     loader = DataLoader(
-        data_source=RangeDataSource(0, 100), sampler=IndexSampler(100), operations=[_double], worker_count=1
+        data_source=RangeDataSource(0, 100),
+        sampler=IndexSampler(100, num_epochs=1),
+        operations=[_double],
+        worker_count=1,
     )
     with iter(loader) as iterator:
         assert next(iterator) == 0
@@ -230,7 +233,7 @@ def test_a_thread_other_than_the_main_one_can_iterate() -> None:
 def busy_loader_finite() -> DataLoader:
     return DataLoader(
         data_source=RangeDataSource(0, 50),
-        sampler=IndexSampler(50),
+        sampler=IndexSampler(50, num_epochs=1),
         operations=[Slow(), Batch(8)],
         worker_count=2,
     )
