@@ -1,19 +1,18 @@
 """HighwayHash-64, the checksum of the Riegeli format, for many messages at once.
 
-HighwayHash (github.com/google/highwayhash) reads a message in 32-byte
-packets, and each packet's update depends on the state the previous one
-left, so one message cannot be split up. The speed comes from hashing many
-messages side by side instead: every message is a row of four (n, 4)
-uint64 state arrays, and each packet step is a fixed run of about twenty
-numpy operations over all the messages that still have packets. Hashing
-the 100 chunks of a read together costs little more than hashing one; a
-single long message runs at numpy's per-call cost, about 32 bytes per
-15 microseconds (see `benchmarks/sources_bench.py`).
-
-The update follows the portable C version: per lane, add, multiply the
-32-bit halves, and a fixed byte shuffle ("zipper merge") between lane
-pairs, which here is one `take` over the state's bytes. uint64 arrays wrap
-on overflow as the C code's integers do, without a warning.
+No HighwayHash package installs on both the GIL and the free-threaded
+builds, so this is HighwayHash's portable C version written again in numpy
+and Python. It reads a message in 32-byte packets, and each packet's update
+depends on the state the previous one left, so one message cannot be split
+up. The speed comes from hashing many messages side by side instead: every
+message is a row of four (n, 4) uint64 state arrays, and each packet step
+is a fixed run of about twenty numpy operations over all the messages that
+still have packets; the byte shuffle between lane pairs ("zipper merge") is
+one `take` over the state's bytes. uint64 arrays wrap on overflow as the C
+code's integers do, without a warning. When only a message or two are left
+(a long chunk), numpy's cost per call is no longer shared, and the rest is
+fed on Python integers, about twice as fast. Either way a long message
+hashes at only a few MB/s per thread: see `benchmarks/sources_bench.py`.
 """
 
 from __future__ import annotations
@@ -26,12 +25,15 @@ import numpy as np
 # Riegeli's key: 'Riegeli/', 'records\n', 'Riegeli/', 'records\n' as little-endian words.
 RIEGELI_KEY = (0x2F696C6567656952, 0x0A7364726F636572, 0x2F696C6567656952, 0x0A7364726F636572)
 
-_WORD = np.dtype("<u8")
+# Plain Python values: subinterpreters import this module with a stand-in for
+# numpy (see `_executors/interpreter/prelude.py`), so nothing here may call it.
+_WORD = "<u8"
 _LOW = 0xFFFFFFFF
-_INIT_MUL0 = np.array([0xDBE6D5D5FE4CCE2F, 0xA4093822299F31D0, 0x13198A2E03707344, 0x243F6A8885A308D3], _WORD)
-_INIT_MUL1 = np.array([0x3BD39E10CB0EF593, 0xC0ACF169B5F18A8C, 0xBE5466CF34E90C6C, 0x452821E638D01377], _WORD)
-# The zipper merge as a shuffle of the 32 state bytes: lanes 0-1 then lanes 2-3.
-_ZIPPER = np.array([3, 12, 2, 5, 14, 1, 15, 0, 11, 4, 10, 13, 9, 6, 8, 7] * 2) + np.repeat([0, 16], 16)
+_INIT_MUL0 = (0xDBE6D5D5FE4CCE2F, 0xA4093822299F31D0, 0x13198A2E03707344, 0x243F6A8885A308D3)
+_INIT_MUL1 = (0x3BD39E10CB0EF593, 0xC0ACF169B5F18A8C, 0xBE5466CF34E90C6C, 0x452821E638D01377)
+# The zipper merge as a shuffle of the 32 state bytes: lanes 0-1, then lanes 2-3.
+_PAIR = (3, 12, 2, 5, 14, 1, 15, 0, 11, 4, 10, 13, 9, 6, 8, 7)
+_ZIPPER = _PAIR + tuple(i + 16 for i in _PAIR)
 _PERMUTE = [2, 3, 0, 1]
 _FINAL_ROUNDS = 4
 # Messages fed on Python integers once no more than this many still have packets
@@ -47,11 +49,13 @@ class _State:
         self._product = np.empty_like(v0)
         self._half = np.empty_like(v0)
         self._shuffled = np.empty((len(v0), 32), np.uint8)
+        self._zipper = np.array(_ZIPPER)
 
     @classmethod
     def start(cls, n: int, key: Sequence[int]) -> _State:
         words = np.array(key, _WORD)
-        mul0, mul1 = np.tile(_INIT_MUL0, (n, 1)), np.tile(_INIT_MUL1, (n, 1))
+        mul0 = np.tile(np.array(_INIT_MUL0, _WORD), (n, 1))
+        mul1 = np.tile(np.array(_INIT_MUL1, _WORD), (n, 1))
         return cls(mul0 ^ words, mul1 ^ _swap_halves(words), mul0, mul1)
 
     def first(self, rows: int) -> _State:
@@ -61,7 +65,7 @@ class _State:
     def update(self, lanes: np.ndarray) -> None:
         """Feed one packet to every hash: `lanes` holds a row of four words for each."""
         v0, v1, mul0, mul1 = self.v0, self.v1, self.mul0, self.mul1
-        product, half, shuffled = self._product, self._half, self._shuffled
+        product, half, shuffled, zipper = self._product, self._half, self._shuffled, self._zipper
         v1 += mul0
         v1 += lanes
         _multiply_halves(v1, v0, product, half)
@@ -69,9 +73,9 @@ class _State:
         v0 += mul1
         _multiply_halves(v0, v1, product, half)
         mul1 ^= product
-        np.take(v1.view(np.uint8), _ZIPPER, axis=1, out=shuffled)
+        np.take(v1.view(np.uint8), zipper, axis=1, out=shuffled)
         v0 += shuffled.view(_WORD)
-        np.take(v0.view(np.uint8), _ZIPPER, axis=1, out=shuffled)
+        np.take(v0.view(np.uint8), zipper, axis=1, out=shuffled)
         v1 += shuffled.view(_WORD)
 
     def rows(self, which: np.ndarray) -> _State:
