@@ -9,6 +9,7 @@ loader is checked against its meaning, not only against itself.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,7 +141,7 @@ def _reference_op(op: Any, stream: Iterator[tuple[Any, Any]]) -> Iterator[tuple[
         return ((x, m) for x, m in stream if op.filter(x))
     if isinstance(op, FlatMapTransform):
         return ((y, m) for x, m in stream for y in op.flat_map(x))
-    if asyncio.iscoroutinefunction(op):
+    if inspect.iscoroutinefunction(op):
         return ((asyncio.run(op(x)), m) for x, m in stream)
     return ((op(x), m) for x, m in stream)
 
