@@ -49,13 +49,18 @@ def lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
     return capsys.readouterr().err.splitlines()
 
 
+def download(fake_apt: Path, monkeypatch: pytest.MonkeyPatch, served: str) -> tuple[tuple[int, int], Path]:
+    """`_download_debian_source` from an archive that serves only the package `served`."""
+    monkeypatch.setenv("SERVED", served)
+    work = fake_apt / "work"
+    work.mkdir()
+    return interpreters._download_debian_source(work)
+
+
 def test_314_is_tried_first_and_its_404_costs_one_line(
     fake_apt: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SERVED", "python3.13")
-    work = fake_apt / "work"
-    work.mkdir()
-    version, tarball = interpreters._download_debian_source(work)
+    version, tarball = download(fake_apt, monkeypatch, "python3.13")
     assert (version, tarball.name) == ((3, 13), "python3.13_9.9.orig.tar.xz")
     said = lines(capsys)
     about_314 = [line for line in said if "python3.14" in line]
@@ -68,21 +73,15 @@ def test_314_is_tried_first_and_its_404_costs_one_line(
 def test_314_is_built_when_the_archive_serves_it(
     fake_apt: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SERVED", "python3.14")
-    work = fake_apt / "work"
-    work.mkdir()
-    assert interpreters._download_debian_source(work)[0] == (3, 14)
+    assert download(fake_apt, monkeypatch, "python3.14")[0] == (3, 14)
     assert not any("not available" in line for line in lines(capsys))
 
 
 def test_no_source_package_at_all_is_a_clear_error(
     fake_apt: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SERVED", "none")
-    work = fake_apt / "work"
-    work.mkdir()
     with pytest.raises(interpreters.ToolchainError, match=r"serves none of python3\.14, python3\.13"):
-        interpreters._download_debian_source(work)
+        download(fake_apt, monkeypatch, "none")
 
 
 def test_a_missing_libzstd_dev_is_said_clearly(
