@@ -12,8 +12,11 @@ import stat
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from tools import interpreters
+from tools import envs, interpreters
+
+REPO = Path(__file__).resolve().parent.parent
 
 FAKE_APT = """#!/bin/sh
 # A stand-in for apt-get: `update` works, `source` serves only $SERVED, `install` fails.
@@ -102,3 +105,16 @@ def test_present_zstd_headers_install_nothing(
     monkeypatch.setattr(interpreters, "ZSTD_HEADER", header)
     interpreters._ensure_zstd_headers()
     assert lines(capsys) == []
+
+
+@pytest.mark.parametrize(("python", "with_orbax"), [("3.13", False), ("3.14", True)])
+def test_the_free_threaded_extra_adds_orbax_from_314(python: str, with_orbax: bool) -> None:
+    """What the ft environment (and a free-threaded user) installs: orbax needs tensorstore,
+    which has free-threaded wheels for 3.14t and none for 3.13t."""
+    requirements = [Requirement(r) for r in envs.requirements(REPO / "pyproject.toml", ("free-threaded",))]
+    wanted = {
+        r.name for r in requirements if r.marker is None or r.marker.evaluate({"python_version": python})
+    }
+    assert {"jax", "pyarrow", "s3fs"} <= wanted
+    assert ("orbax-checkpoint" in wanted) is with_orbax
+    assert "array-record" not in wanted  # no free-threaded wheels: the built-in reader instead
