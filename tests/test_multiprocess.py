@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("jax")
 
 from aioloader import IndexSampler, ShardOptions
+from tests.conftest import ORBAX_MISSING
 from tests.support.multiprocess_worker import LOCAL_BATCH, NUM_RECORDS, SAVE_AT, SEED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ def test_every_process_iterates_the_same_global_batches(reports: list[dict[str, 
 
 def test_checkpoint_manager_writes_one_state_per_process(reports: list[dict[str, Any]]) -> None:
     if "checkpoint" not in reports[0]:
-        pytest.skip("needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)")
+        pytest.skip(ORBAX_MISSING)
     for report in reports:
         checkpoint = report["checkpoint"]
         assert checkpoint["files"] == ["process_0-of-2.json", "process_1-of-2.json"]
