@@ -63,7 +63,7 @@ async def test_other_tasks_run_while_transforms_execute(workers: int, repeat: in
     task = asyncio.create_task(ticker())
     loader = DataLoader(
         data_source=RangeDataSource(0, 64),
-        sampler=IndexSampler(64, shuffle=True, seed=1),
+        sampler=IndexSampler(64, shuffle=True, seed=1, num_epochs=1),
         operations=[WaitsForTheLoop(ticked), Batch(8)],
         worker_count=workers,
     )
@@ -79,7 +79,7 @@ async def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
     threads: set[int] = set()
     loader = DataLoader(
         data_source=RangeDataSource(0, 200),
-        sampler=IndexSampler(200),
+        sampler=IndexSampler(200, num_epochs=1),
         operations=[RecordsThread(threads), Batch(10)],
         worker_count=workers,
     )
@@ -98,7 +98,10 @@ async def test_async_def_maps_run_on_the_loop() -> None:
         return element * 2
 
     loader = DataLoader(
-        data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
+        data_source=RangeDataSource(0, 30),
+        sampler=IndexSampler(30, num_epochs=1),
+        operations=[on_loop],
+        worker_count=2,
     )
     out = [x async for x in loader]
     assert out == [2 * x for x in range(30)]
@@ -122,13 +125,15 @@ def test_async_source_with_aget_many_is_used() -> None:
             return [k * 3 for k in keys]
 
     source = Remote()
-    loader = DataLoader(data_source=source, sampler=IndexSampler(100), worker_count=2)
+    loader = DataLoader(data_source=source, sampler=IndexSampler(100, num_epochs=1), worker_count=2)
     assert list(loader) == [k * 3 for k in range(100)]
     assert 1 <= source.calls < 100  # whole chunks, not records
 
 
 @pytest.mark.asyncio
 async def test_iterators_are_async_context_managers() -> None:
-    loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 5), sampler=IndexSampler(5, num_epochs=1), worker_count=1
+    )
     async with aiter(loader) as iterator:
         assert [x async for x in iterator] == [0, 1, 2, 3, 4]

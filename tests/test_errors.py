@@ -39,7 +39,7 @@ class FlatFail(FlatMapTransform):
 def loader_with(operations: list[Any], workers: int, source: Any = None, shuffle: bool = False) -> DataLoader:
     return DataLoader(
         data_source=source or RangeDataSource(0, 40),
-        sampler=IndexSampler(40, shuffle=shuffle, seed=5),
+        sampler=IndexSampler(40, shuffle=shuffle, seed=5, num_epochs=1),
         operations=operations,
         worker_count=workers,
     )
@@ -58,7 +58,7 @@ def test_every_output_before_the_error_is_delivered(workers: int, repeat: int) -
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shuffled_error_names_the_index_and_the_key(workers: int) -> None:
-    sampler = IndexSampler(40, shuffle=True, seed=5)
+    sampler = IndexSampler(40, shuffle=True, seed=5, num_epochs=1)
     keys = [sampler[i].record_key for i in range(40)]
     got, error = drain(loader_with([FailOn({keys[21]})], workers, shuffle=True))
     assert got == keys[:21]

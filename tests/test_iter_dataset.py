@@ -245,7 +245,7 @@ def test_a_mix_by_list_refuses_a_state_with_another_number_of_datasets() -> None
 
 
 class HostileMap:
-    """Raises `kind` on element 5, and returns a string (the wrong type) for element 3 if asked."""
+    """Raises `kind` on element 5, and returns a dict (the wrong type) for element 3 if asked."""
 
     def __init__(self, kind: type[BaseException] | None, wrong_type: bool = False) -> None:
         self.kind, self.wrong_type = kind, wrong_type
@@ -253,7 +253,7 @@ class HostileMap:
     def __call__(self, x: int) -> Any:
         if x == 5 and self.kind is not None:
             raise self.kind("hostile")
-        return "three" if x == 3 and self.wrong_type else np.full(2, x)
+        return {"three": x} if x == 3 and self.wrong_type else np.full(2, x)
 
 
 def first_error(iterator: Iterator[Any]) -> tuple[list[Any], BaseException]:

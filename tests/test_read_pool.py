@@ -36,7 +36,7 @@ class SlowSource:
 def loader(source: SlowSource, workers: int, threads: int) -> DataLoader:
     return DataLoader(
         data_source=source,
-        sampler=IndexSampler(source.size, shuffle=True, seed=4),
+        sampler=IndexSampler(source.size, shuffle=True, seed=4, num_epochs=1),
         worker_count=workers,
         read_options=ReadOptions(num_threads=threads),
     )
@@ -55,7 +55,7 @@ def assert_no_read_threads(source: SlowSource) -> None:
 @pytest.mark.parametrize(("workers", "threads"), [(1, 8), (2, 6)])
 def test_slow_reads_go_to_num_threads_threads_in_order(workers: int, threads: int, repeat: int) -> None:
     source = SlowSource(400)
-    keys = IndexSampler(400, shuffle=True, seed=4).record_keys(0, 400)
+    keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
     assert list(loader(source, workers, threads)) == [key * 2 for key in keys]
     assert workers < source.most_in_flight <= threads
 
@@ -107,7 +107,7 @@ def test_a_failing_slow_read_is_reported_at_its_place(bad: int) -> None:
                 raise OSError(f"cannot read {key}")
             return super().__getitem__(key)
 
-    keys = IndexSampler(400, shuffle=True, seed=4).record_keys(0, 400)
+    keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
     got, error = drain(loader(Failing(400), 2, 8))
     assert got == [key * 2 for key in keys[:bad]]
     assert isinstance(error, OSError)
@@ -121,7 +121,7 @@ def test_many_workers_timing_their_reads_at_once(repeat: int) -> None:
     source = [key * 2 for key in range(20_000)]  # a list: read key by key, each read timed while probing
     loader = DataLoader(
         data_source=source,
-        sampler=IndexSampler(20_000),
+        sampler=IndexSampler(20_000, num_epochs=1),
         worker_count=8,
         read_options=ReadOptions(num_threads=4, prefetch_buffer_size=18),  # chunks of 2 records
     )

@@ -46,7 +46,7 @@ class Run(abc.ABC):
         return list(range(len(self.items))) if self.origins is None else self.origins
 
     @abc.abstractmethod
-    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+    def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         """The generator that random operations use for the elements of `origin`."""
 
     @abc.abstractmethod
@@ -81,7 +81,7 @@ class Run(abc.ABC):
             del self.origins[j:]
 
 
-def apply(op: Op, run: Run, seed: int) -> None:
+def apply(op: Op, run: Run, seed: int | None) -> None:
     """Apply one synchronous operation to every element of `run`, in order."""
     if op.kind is Kind.MAP:
         _map(op, run)
@@ -99,7 +99,7 @@ def _map(op: Op, run: Run) -> None:
     _extend(op, run, map(op.function(), run.items))
 
 
-def _random_map(op: Op, run: Run, seed: int) -> None:
+def _random_map(op: Op, run: Run, seed: int | None) -> None:
     origins = run.origin_list()
     if op.rng is None:  # the record's generator, shared by the random operations
         rngs = map(run.rng_of, origins, itertools.repeat(seed))
