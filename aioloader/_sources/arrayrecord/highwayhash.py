@@ -62,7 +62,7 @@ def hash64_many(messages: Sequence[bytes | memoryview], key: Sequence[int] = RIE
 
 
 def implementation() -> str:
-    """ "C" when the hashes come from the compiled library, else "NumPy" (loads it on the first call)."""
+    """Where the hashes come from: "C" (the compiled library) or "NumPy" (loads it on the first call)."""
     return "NumPy" if _implementation() is highwayhash_numpy.hash64_many else "C"
 
 
@@ -107,9 +107,8 @@ class _Compiled:
         function.restype = None
         self._function = function
         if self([bytes(range(n)) for n in _CHECK_HASHES], _CHECK_KEY) != list(_CHECK_HASHES.values()):
-            raise native.BuildError(
-                "the library gives wrong hashes for the test vectors (a faulty compiler?)"
-            )
+            name = native.library_path(SOURCE)
+            raise native.BuildError(f"{name} gives wrong hashes for the test vectors (a faulty compiler)")
 
     def __call__(self, messages: Sequence[bytes | memoryview], key: Sequence[int]) -> list[int]:
         words, hashes = array("Q", key), [0] * len(messages)
