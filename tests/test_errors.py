@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, RangeDataSource
+from aioloader import (
+    Batch,
+    DataLoader,
+    FilterTransform,
+    FlatMapTransform,
+    IndexSampler,
+    MapTransform,
+    RangeDataSource,
+)
 from tests.conftest import repeated
 from tests.support.outputs import drain, notes
 from tests.support.transforms import BrokenSource, FailOn
@@ -135,3 +143,79 @@ async def test_async_errors_arrive_in_order(workers: int) -> None:
         raise AssertionError("no error")
     assert got == list(range(11))
     assert "index=11" in notes(caught)
+
+
+class RaisesOn(MapTransform):
+    """Raises `error(...)` on one record value: errors that are not plain Exceptions."""
+
+    def __init__(self, bad: int, error: type[BaseException]) -> None:
+        self.bad, self.error = bad, error
+
+    def map(self, element: Any) -> Any:
+        if element == self.bad:
+            raise self.error(f"raised on {element}")
+        return element
+
+
+@pytest.mark.parametrize("kind", [StopIteration, SystemExit, GeneratorExit], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transform_raising_stop_iteration_or_system_exit_fails_in_order(
+    kind: type[BaseException], workers: int
+) -> None:
+    # StopIteration would end `list.extend` over a `map` silently, losing records 5 onwards;
+    # SystemExit and GeneratorExit would skip the outputs before them. Each arrives in order.
+    got, error = drain(loader_with([RaisesOn(5, kind), Batch(2)], workers), BaseException)
+    assert [x.tolist() for x in got] == [[0, 1], [2, 3]]
+    assert type(error) is (RuntimeError if kind is StopIteration else kind)
+    assert "index=5, record_key=5" in notes(error)
+
+
+@pytest.mark.parametrize("kind", [StopIteration, SystemExit], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_raising_stop_iteration_or_system_exit_fails_in_order(
+    kind: type[BaseException], workers: int
+) -> None:
+    class Refuses(FilterTransform):
+        def filter(self, element: Any) -> bool:
+            if element == 9:
+                raise kind("refused")
+            return True
+
+    got, error = drain(loader_with([Refuses()], workers), BaseException)
+    assert got == list(range(9))
+    assert type(error) is (RuntimeError if kind is StopIteration else kind)
+
+
+class LyingSource(RangeDataSource):
+    """`__getitems__` returns one record fewer than it was asked for."""
+
+    def __getitems__(self, keys: Any) -> list[int]:
+        return super().__getitems__(keys)[1:]
+
+
+class StopsReading:
+    """Raises StopIteration for key 6 (and has no `__getitems__`)."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, key: int) -> int:
+        if key == 6:
+            raise StopIteration
+        return key
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_source_that_returns_too_few_records_is_an_error_not_a_gap(workers: int) -> None:
+    got, error = drain(loader_with([], workers, source=LyingSource(0, 40)))
+    assert got == []
+    assert "returned" in str(error)
+    assert "LyingSource" in str(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_source_raising_stop_iteration_fails_at_its_record(workers: int) -> None:
+    got, error = drain(loader_with([], workers, source=StopsReading()))
+    assert got == list(range(6))
+    assert type(error) is RuntimeError
+    assert "index=6, record_key=6" in notes(error)

@@ -106,6 +106,17 @@ class _Cursor(Generic[E]):
         self.closed = False
 
 
+def position_of(iterator: DataLoaderIterator | AsyncDataLoaderIterator) -> Position:
+    """Where `iterator` stands (after its last output delivered), without making a state:
+    what an IterDataset's stage keeps for each element, and turns into a state later."""
+    return iterator._cursor.position()
+
+
+def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: Position) -> dict[str, Any]:
+    """The state `iterator.get_state()` gave, or would give, at `position` (any thread)."""
+    return make_state(position, iterator._cursor.spec.description)
+
+
 class DataLoaderIterator(itertools.chain[Any]):
     """Iterates a `DataLoader` in the caller's thread; see `DataLoader`.
 

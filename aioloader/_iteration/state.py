@@ -8,6 +8,7 @@ it, so a state resumes under any `worker_count` or executor.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from aioloader._common.positions import Position
@@ -68,3 +69,17 @@ def _check_old_order(sampler: Any) -> None:
             f"sharding, by a sampler that shuffles or shards ({sampler!r}); its positions name other "
             "records now, so it cannot be resumed without repeating or skipping records."
         )
+
+
+class CheckpointableIterator(abc.ABC):
+    """An iterator the orbax handler saves and restores besides a DataLoader's: the
+    iterators of an IterDataset, defined a layer up, derive from it.
+
+    `get_state()` returns a JSON-serialisable dict; `set_state(state)` resumes from it.
+    """
+
+    @abc.abstractmethod
+    def get_state(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None: ...

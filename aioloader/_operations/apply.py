@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.failures import Failure
+from aioloader._common.failures import USER_ERRORS, Failure, stop_iteration_error
 from aioloader._operations.transforms import Kind, Op
 
 
@@ -48,6 +48,10 @@ class Run(abc.ABC):
     @abc.abstractmethod
     def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         """The generator that random operations use for the elements of `origin`."""
+
+    @abc.abstractmethod
+    def record_index(self, origin: int) -> int:
+        """The index of `origin`'s record (of its first record, for a batch)."""
 
     @abc.abstractmethod
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
@@ -83,7 +87,9 @@ def apply(op: Op, run: Run, seed: int | None) -> None:
         _map(op, run)
     elif op.kind is Kind.RANDOM_MAP:
         _random_map(op, run, seed)
-    elif op.kind in (Kind.FILTER, Kind.FLAT_MAP):
+    elif op.kind is Kind.FILTER:
+        _filter(op, run)
+    elif op.kind is Kind.FLAT_MAP:
         _select(op, run)
     else:
         raise AssertionError(f"{op.label} is not a synchronous operation")
@@ -94,7 +100,11 @@ def _map(op: Op, run: Run) -> None:
 
 
 def _random_map(op: Op, run: Run, seed: int | None) -> None:
-    rngs = map(run.rng_of, run.origin_list(), itertools.repeat(seed))
+    origins = run.origin_list()
+    if op.rng is None:  # the record's generator, shared by the random operations
+        rngs = map(run.rng_of, origins, itertools.repeat(seed))
+    else:  # the operation's own generator for the record
+        rngs = map(op.rng, map(run.record_index, origins))
     _extend(op, run, map(op.function(), run.items, rngs))
 
 
@@ -102,14 +112,45 @@ def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
     """Collect one result per element at C speed, keeping track of a failure.
 
     `list.extend` keeps what it appended before the iterator raised, so the
-    length of `out` is the index of the element that failed.
+    length of `out` is the index of the element that failed. A function that
+    raises StopIteration ends `extend` without an error: fewer results than
+    elements is that, and fails the element where they stop.
     """
     out: list[Any] = []
+    expected = len(run.items)
     try:
         out.extend(results)
-    except Exception as error:
+    except USER_ERRORS as error:
         run.fail(len(out), error, op.label)
+    else:
+        if len(out) < expected:
+            run.fail(len(out), stop_iteration_error(op.label), op.label)
     run.items = out
+
+
+def _filter(op: Op, run: Run) -> None:
+    """Keep the elements `op` is true for, judged at C speed.
+
+    A run the filter keeps whole (the common case) stays as it was, one element per
+    origin, so its positions stay cheap. As in `_extend`, the length of `flags` is the
+    index of the element whose filter (or whose truth value) failed.
+    """
+    flags: list[bool] = []
+    error: BaseException | None = None
+    try:
+        flags.extend(map(bool, map(op.function(), run.items)))
+    except USER_ERRORS as caught:
+        error = caught
+    else:
+        if len(flags) < len(run.items):
+            error = stop_iteration_error(op.label)
+    if error is None and all(flags):
+        return
+    origins = run.origin_list()
+    if error is not None:
+        run.failure = run.blame(origins[len(flags)], error, op.label)
+    run.items = list(itertools.compress(run.items, flags))
+    run.origins = list(itertools.compress(origins, flags))
 
 
 def _select(op: Op, run: Run) -> None:
@@ -119,7 +160,7 @@ def _select(op: Op, run: Run) -> None:
     for j, (element, origin) in enumerate(zip(run.items, run.origin_list(), strict=True)):
         try:
             produced = list(fn(element)) if flat else ((element,) if fn(element) else ())
-        except Exception as error:
+        except USER_ERRORS as error:
             run.fail(j, error, op.label)
             break
         out += produced

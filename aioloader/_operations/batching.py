@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aioloader._common.failures import Failure
+from aioloader._common.failures import USER_ERRORS, Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
@@ -149,7 +149,7 @@ class BatchRun(Run):
         for b, group in enumerate(plan.groups):
             try:
                 self.items.append(combine(group))
-            except Exception as error:
+            except USER_ERRORS as error:
                 self.failure = self.blame(b, error, "Batch" if batch.batch_fn is None else "Batch.batch_fn")
                 break
 
@@ -158,6 +158,9 @@ class BatchRun(Run):
         if rng is None:
             rng = self.plan.last_rng[origin] = make_rng(seed, self.plan.last[origin])
         return rng
+
+    def record_index(self, origin: int) -> int:
+        return self.plan.first[origin]
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_batch(error, what, self.plan.first[origin], self.plan.last[origin])

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.failures import Failure
+from aioloader._common.failures import USER_ERRORS, Failure, stop_iteration_error
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import make_rng
@@ -42,6 +42,9 @@ class RecordChunk(Run):
         if rng is None:
             rng = self.rngs[origin] = make_rng(seed, self.indices[origin])
         return rng
+
+    def record_index(self, origin: int) -> int:
+        return self.indices[origin]
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_record(error, what, self.indices[origin], self.keys[origin])
@@ -80,19 +83,31 @@ def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] =
     in order, and `list.extend` collects them at C speed, keeping what it
     appended before a read raised: its length is the failing key's.
     """
+    what = f"reading from {type(source).__name__}"
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
         try:
             chunk.items = list(getitems(chunk.keys))
-            return
-        except Exception:
+        except USER_ERRORS:
             pass
+        else:
+            if len(chunk.items) != len(chunk.keys):
+                error = ValueError(
+                    f"`{type(source).__name__}.__getitems__` returned {len(chunk.items)} records "
+                    f"for {len(chunk.keys)} keys"
+                )
+                chunk.items = []
+                chunk.fail(0, error, what)
+            return
     items: list[Any] = []
     chunk.items = items
     try:
         items.extend(mapper(source.__getitem__, chunk.keys))
-    except Exception as error:
-        chunk.fail(len(items), error, f"reading from {type(source).__name__}")
+    except USER_ERRORS as error:
+        chunk.fail(len(items), error, what)
+    else:
+        if len(items) < len(chunk.keys):  # StopIteration from `__getitem__` ends `extend` silently
+            chunk.fail(len(items), stop_iteration_error(f"{type(source).__name__}.__getitem__"), what)
 
 
 async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:

@@ -120,3 +120,7 @@ def count_primes_below(n: int) -> int:
 class Identity(MapTransform):
     def map(self, element: Any) -> Any:
         return element
+
+
+def is_long(text: str) -> bool:
+    return len(text) > 2
