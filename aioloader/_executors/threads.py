@@ -7,22 +7,28 @@ take work, run one segment, hand the result back. The runner comes as a
 context manager, so that what a runner holds (a subinterpreter) is released
 by the thread that made it when the worker ends. User errors travel inside
 the results; anything else (a bug, a copy that fails) breaks the scheduler,
-and the consumer raises it.
+and the consumer raises it. A segment cut short by `close()` (`Stopped`)
+ends the worker quietly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from aioloader._common.calls import Stopped
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import SegmentRunner
 
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
+
+_closers = itertools.count()
 
 
 class WorkerThreads:
@@ -46,6 +52,8 @@ class WorkerThreads:
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work
+        except Stopped:
+            pass  # closed in the middle of a segment: its work is abandoned
         except BaseException as error:
             scheduler.fail(error)
 
@@ -71,3 +79,30 @@ def thread_runner(program: Any) -> RunnerFactory:
         return contextlib.nullcontext(runner)
 
     return make
+
+
+def close_elsewhere(close: Callable[[], None]) -> threading.Thread | None:
+    """Run `close` on a daemon thread of its own, `aioloader-closer-{n}`, and return it.
+
+    For a caller that must not wait: an event loop's thread (joining workers
+    there would freeze every task on the loop), or a finalizer. At
+    interpreter exit, when no thread can start, `close` runs here and None
+    is returned.
+    """
+    thread = threading.Thread(target=close, name=f"aioloader-closer-{next(_closers)}", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        close()
+        return None
+    return thread
+
+
+async def aclose_elsewhere(close: Callable[[], None]) -> None:
+    """Run `close` on a closer thread and await its end without blocking the running loop.
+
+    If the awaiting task is cancelled, the close goes on in its thread.
+    """
+    thread = close_elsewhere(close)
+    while thread is not None and thread.is_alive():
+        await asyncio.sleep(0.001)
