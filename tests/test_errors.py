@@ -18,7 +18,7 @@ from aioloader import (
     RandomMapTransform,
     RangeDataSource,
 )
-from tests.conftest import repeated
+from tests.conftest import repeated, wait_for_no_threads
 from tests.support.outputs import drain, notes
 from tests.support.reference import LateEarly
 from tests.support.transforms import BrokenSource, FailOn
@@ -255,3 +255,32 @@ async def test_a_stray_stop_async_iteration_does_not_end_async_for(workers: int)
         await take_all()
     assert got == list(range(6))
     assert "index=6, record_key=6" in notes(caught.value)
+
+
+# KeyboardInterrupt and SystemExit from user code are not the data's errors:
+# they stop the loader at once and reach the consumer as they are.
+
+
+class Interrupts(MapTransform):
+    def __init__(self, kind: type[BaseException]) -> None:
+        self.kind = kind
+
+    def map(self, element: Any) -> Any:
+        if element == 9:
+            raise self.kind("stop now")
+        return element
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_keyboard_interrupt_and_system_exit_from_a_transform_stop_the_loader(
+    kind: type[BaseException], workers: int
+) -> None:
+    got: list[Any] = []
+    iterator = iter(loader_with([Interrupts(kind)], workers))
+    with pytest.raises(kind, match="stop now"):
+        got.extend(iterator)
+    assert got == list(range(len(got)))
+    assert len(got) <= 9
+    assert wait_for_no_threads() == []
+    assert list(iterator) == []  # closed

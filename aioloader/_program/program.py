@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +148,9 @@ class Program:
         elif pool.suspicious:
             read(self.source, chunk, self.shutdown, pool.probing_map)
         else:
-            started = time.perf_counter()
+            started = pool.clock()
             read(self.source, chunk, self.shutdown)
-            pool.note_chunk(time.perf_counter() - started, len(chunk.keys))
+            pool.note_chunk(pool.clock() - started, len(chunk.keys))
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:
