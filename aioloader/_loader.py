@@ -15,9 +15,10 @@ from aioloader._device.device_put import DevicePut
 from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._operations.transforms import compile_operations
+from aioloader._operations.transforms import Kind, Operations, compile_operations
 from aioloader._program.program import Program
-from aioloader._sampling.sampler import IndexSampler
+from aioloader._sampling.sampler import SamplerBase
+from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
 
 EXECUTORS = ("thread", "interpreter")
@@ -45,13 +46,20 @@ class DataLoader:
     subinterpreter, with its own GIL; `worker_count=0` still runs inline, in
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
     accelerator ahead of the consumer.
+
+    `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
+    `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
+    called from the worker threads, so it must be stateless or thread-safe).
+    The loader reads the sampler's shard as Grain's `DataLoader` does (see
+    `aioloader._sampling.walk`); a `RandomMapTransform` needs a sampler with
+    a seed.
     """
 
     def __init__(
         self,
         *,
         data_source: Any,
-        sampler: IndexSampler,
+        sampler: Any,
         operations: Sequence[Any] = (),
         worker_count: int = 0,
         executor: str = "thread",
@@ -61,6 +69,8 @@ class DataLoader:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
         self.operations = compile_operations(operations)
+        self.walk = Walk(sampler)
+        _check_seed_for_random_ops(self.walk, self.operations)
         self.worker_count = require_int("worker_count", worker_count, minimum=0)
         if worker_count > MAX_WORKER_COUNT:
             raise ValueError(
@@ -83,18 +93,18 @@ class DataLoader:
     def _make_spec(self) -> LoaderSpec:
         return LoaderSpec(
             program=functools.partial(
-                Program, self.data_source, self.sampler, self.operations, self.read_options.num_threads
+                Program, self.data_source, self.walk, self.operations, self.read_options.num_threads
             ),
             read_options=self.read_options,
             worker_count=self.worker_count,
             executor=self.executor,
             device_put=self.device_put,
             description={
-                "sampler": self.sampler.describe(),
+                "sampler": self.walk.describe(),
                 "data_source": describe_source(self.data_source),
                 "operations": self.operations.describe(),
             },
-            length=self.sampler.length,
+            length=self.walk.length,
         )
 
     def __iter__(self) -> DataLoaderIterator:
@@ -111,10 +121,25 @@ class DataLoader:
 
 
 def _check_sampler(sampler: Any, source_length: int) -> None:
-    if not isinstance(sampler, IndexSampler):
-        raise TypeError(f"`sampler` must be an IndexSampler or SequentialSampler, got {sampler!r}.")
-    if sampler.num_records > source_length:
+    if not callable(getattr(sampler, "__getitem__", None)):
+        raise TypeError(
+            f"`sampler` must have __getitem__(index) -> RecordMetadata (an IndexSampler, a "
+            f"SequentialSampler or Grain's Sampler protocol), got {sampler!r}."
+        )
+    if isinstance(sampler, SamplerBase) and sampler.num_records > source_length:
         raise ValueError(
             f"`sampler` has num_records={sampler.num_records}, "
             f"but `data_source` holds only {source_length} records."
         )
+
+
+def _check_seed_for_random_ops(walk: Walk, operations: Operations) -> None:
+    """A random operation draws from each record's generator, which comes from the seed."""
+    if walk.seed is not None or not walk.makes_rngs_from_seed:
+        return
+    for op in (*operations.before, *operations.after):
+        if op.kind is Kind.RANDOM_MAP:
+            raise ValueError(
+                f"`{op.name}` ({op.what}) needs each record's generator, but `sampler` has seed=None: "
+                f"give the sampler a seed, e.g. IndexSampler(..., seed=0)."
+            )

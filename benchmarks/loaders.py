@@ -196,7 +196,7 @@ def aioloader_loader(workload: Workload, source: Any, transform: Any, workers: i
 
     return al.DataLoader(
         data_source=source,
-        sampler=al.IndexSampler(n, shuffle=True, seed=0),
+        sampler=al.IndexSampler(n, shuffle=True, seed=0, num_epochs=1),
         operations=[transform, al.Batch(workload.batch_size, batch_fn=workload.collate)],
         worker_count=workers,
         read_options=al.ReadOptions(num_threads=IN_FLIGHT, prefetch_buffer_size=PREFETCH),

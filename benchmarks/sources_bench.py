@@ -11,6 +11,11 @@ Every source reads the same records in the same global shuffle:
 * Parquet: N rows (int, float, string, list of 16 ints; row groups of 1000),
   read by pyarrow in a plain loop (`read_table`, then `slice(k, 1).to_pylist()`
   per key), then by ParquetDataSource.
+* Checksums: the built-in ArrayRecord reader and ParquetDataSource alone,
+  with `verify_checksums` on and off: ArrayRecord in Grain's layout (a
+  record per chunk) and in the writer's default one (chunks of up to 65,536
+  records, verified once each, then cached); Parquet written with page
+  checksums.
 * Files: N files of 4 KiB, each read after a simulated 2 ms latency, by a
   sequential loop, then by FilesDataSource through the loader (16 reads in
   flight, the default `ReadOptions.num_threads`). The latency is an awaited
@@ -82,7 +87,7 @@ def timed(source: str, how: str, records: int, run: Callable[[], object], repeat
 
 
 def shuffled_keys(count: int) -> list[int]:
-    return IndexSampler(count, shuffle=True, seed=0).record_keys(0, count)
+    return IndexSampler(count, shuffle=True, seed=0, num_epochs=1).record_keys(0, count)
 
 
 class Permuted:
@@ -141,7 +146,7 @@ def source_rows(name: str, label: str, make_source: Callable[[], Any], count: in
     rows = [
         timed(name, f"{label} alone, `__getitems__` by 64", count, partial(alone, make_source, keys), repeats)
     ]
-    shuffled = IndexSampler(count, shuffle=True, seed=0)
+    shuffled = IndexSampler(count, shuffle=True, seed=0, num_epochs=1)
     for workers in WORKERS:
         run = partial(through_loader, make_source, shuffled, workers)
         rows.append(timed(name, f"loader, {label}, shuffled sampler, {workers} workers", count, run, repeats))
@@ -157,28 +162,30 @@ def source_rows(name: str, label: str, make_source: Callable[[], Any], count: in
 # ArrayRecord
 
 
-def write_array_record(path: str, count: int) -> None:
-    """`count` records of 1 KiB, half random, half repetitive, with the writer's default options."""
+def write_array_record(path: str, count: int, options: str = "") -> None:
+    """`count` records of 1 KiB, half random, half repetitive, with the writer's `options`
+    (its defaults when empty)."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
     rng = random.Random(0)
-    writer = ArrayRecordWriter(path)
+    writer = ArrayRecordWriter(path, options) if options else ArrayRecordWriter(path)
     for i in range(count):
         writer.write(rng.randbytes(1024) if i % 2 else bytes([i % 251]) * 1024)
     writer.close()
 
 
-def make_array_record(path: Path, count: int) -> bool:
+def make_array_record(path: Path, count: int, options: str = "") -> bool:
     """Write the file with the official writer: here, or where it does not install, in the
     interpreter that AIOLOADER_GIL_PYTHON names. False when neither can."""
     if array_record_installed():
-        write_array_record(str(path), count)
+        write_array_record(str(path), count, options)
         return True
     python = os.environ.get("AIOLOADER_GIL_PYTHON")
     if not python:
         return False
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}
     command = [python, "-m", "benchmarks.sources_bench", "--write", str(path), "--records", str(count)]
+    command += ["--options", options] if options else []
     subprocess.run(command, cwd=REPO, env=env, check=True)
     return True
 
@@ -208,7 +215,7 @@ def bench_array_record(directory: Path, count: int, repeats: int) -> list[Row]:
 # Parquet
 
 
-def make_parquet(path: Path, count: int) -> None:
+def make_parquet(path: Path, count: int, **options: Any) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -222,7 +229,7 @@ def make_parquet(path: Path, count: int) -> None:
             "tokens": pa.array([list(range(i, i + 16)) for i in range(count)], pa.list_(pa.int32())),
         }
     )
-    pq.write_table(table, path, row_group_size=1000)
+    pq.write_table(table, path, row_group_size=1000, **options)
 
 
 def bench_parquet(directory: Path, count: int, repeats: int) -> list[Row]:
@@ -241,6 +248,28 @@ def bench_parquet(directory: Path, count: int, repeats: int) -> list[Row]:
     return rows + source_rows(
         "Parquet", "ParquetDataSource", partial(ParquetDataSource, path), count, repeats
     )
+
+
+# Checksums
+
+
+def bench_checksums(directory: Path, count: int, repeats: int) -> list[Row]:
+    """Each source alone, `__getitems__` by 64 in a global shuffle, verifying checksums or not."""
+    keys, rows = shuffled_keys(count), []
+    for layout, options in (("a record per chunk", "group_size:1"), ("default layout", "")):
+        path = directory / f"checksums-{options or 'default'}.array_record"
+        if make_array_record(path, count, options):
+            for verify in (True, False):
+                make = partial(ArrayRecordDataSource, path, reader="builtin", verify_checksums=verify)
+                label = f"reader=builtin, {layout}, verify_checksums={verify}"
+                rows.append(timed("checksums", label, count, partial(alone, make, keys), repeats))
+    path = directory / "checksums.parquet"
+    make_parquet(path, count, write_page_checksum=True)
+    for verify in (True, False):
+        make = partial(ParquetDataSource, path, verify_checksums=verify)
+        label = f"ParquetDataSource, page checksums written, verify_checksums={verify}"
+        rows.append(timed("checksums", label, count, partial(alone, make, keys), repeats))
+    return rows
 
 
 # Files
@@ -278,14 +307,16 @@ def bench_files(directory: Path, count: int, repeats: int) -> list[Row]:
 
     def async_for(workers: int) -> None:
         loader = DataLoader(
-            data_source=AwaitedLatencyFiles(paths), sampler=IndexSampler(count), worker_count=workers
+            data_source=AwaitedLatencyFiles(paths),
+            sampler=IndexSampler(count, num_epochs=1),
+            worker_count=workers,
         )
         asyncio.run(consume(loader))
 
     rows = [timed("Files", "sequential loop, 2 ms latency", count, sequential, repeats)]
     for name, kind in (("awaited", AwaitedLatencyFiles), ("blocking", BlockingLatencyFiles)):
         for workers in (0, 2):
-            run = partial(through_loader, partial(kind, paths), IndexSampler(count), workers)
+            run = partial(through_loader, partial(kind, paths), IndexSampler(count, num_epochs=1), workers)
             rows.append(
                 timed("Files", f"loader `for`, {name} 2 ms latency, {workers} workers", count, run, repeats)
             )
@@ -341,9 +372,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="passes per figure (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: little data, one pass")
     parser.add_argument("--write", metavar="PATH", help=argparse.SUPPRESS)  # writes the ArrayRecord file
+    parser.add_argument("--options", default="", help=argparse.SUPPRESS)  # the writer's, with --write
     args = parser.parse_args(argv)
     if args.write:
-        write_array_record(args.write, args.records)
+        write_array_record(args.write, args.records, args.options)
         return
     if args.quick:
         args.records, args.files, args.repeats = 1000, 40, 1
@@ -351,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="aioloader-bench-") as tmp:
         rows = bench_array_record(Path(tmp), args.records, args.repeats)
         rows += bench_parquet(Path(tmp), args.records, args.repeats)
+        rows += bench_checksums(Path(tmp), args.records, args.repeats)
         rows += bench_files(Path(tmp), args.files, args.repeats)
         rows += bench_loader_alone(args.records, args.repeats)
     print(table(rows))

@@ -1,6 +1,7 @@
 """Train an MLP in plain JAX, fed by aioloader, checkpointed with orbax; run it again and it resumes.
 
-    ./dev train                 # the same as: python examples/train.py --workdir runs/train
+    ./dev train          # free-threaded CPython, GIL off: PYTHON_GIL=0 python examples/train.py
+    ./dev train --gil    # the GIL build (CPython 3.11)
 
 The data is generated: a regression problem whose targets come from a fixed
 random "teacher" network, held in memory and read record by record. The
@@ -9,7 +10,10 @@ the targets on two worker threads, and puts each batch on the devices,
 sharded along the batch axis, two batches ahead of the training step.
 
 Every `--checkpoint-every` steps an orbax CheckpointManager saves the model
-and the loader's position together. A new run restores both from the latest
+and the loader's position together. Where orbax-checkpoint does not install
+(free-threaded 3.13: it needs tensorstore, which has no wheels there; 3.14t
+has them), the parameters are saved with numpy beside the loader's state
+instead, in `checkpoints-numpy/`, and the run says so. A new run restores both from the latest
 checkpoint and goes on with exactly the batches the old run would have seen
 next, so a job that is killed and started again trains as if it never
 stopped. Each run trains to the end of the next stage of 2000 steps (the
@@ -26,7 +30,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
+import shutil
+import sys
+import sysconfig
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,12 +43,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import aioloader as al
-from aioloader.checkpoint import CheckpointRestore, CheckpointSave
+
+try:
+    import orbax.checkpoint as ocp
+
+    from aioloader.checkpoint import CheckpointRestore, CheckpointSave
+except ImportError:  # free-threaded 3.13: orbax needs tensorstore, which has no wheels there
+    ocp = None
 
 State = dict[str, Any]  # {"params": ..., "momentum": ...}, pytrees of jax.Arrays
 Batch = dict[str, jax.Array]  # {"x": (batch, features), "y": (batch,)}
@@ -167,26 +180,107 @@ def make_train_step(learning_rate: float) -> Callable[[State, Batch], tuple[Stat
 # --- Checkpoints: model and loader together --------------------------------------------
 
 
-def checkpoint_manager(config: Config) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(save_interval_steps=config.checkpoint_every, max_to_keep=3)
-    return ocp.CheckpointManager(config.workdir.absolute() / "checkpoints", options=options)
+class Saving:
+    """What both kinds of checkpoints share: a context that waits for the last save."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Saving:
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        self.close()
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: State, batches: Any) -> None:
-    """Save the model at `step`, and where the loader is (orbax writes in the background)."""
-    args = ocp.args.Composite(model=ocp.args.StandardSave(state), loader=CheckpointSave(batches))
-    manager.save(step, args=args, force=True)
+class OrbaxCheckpoints(Saving):
+    """The model and the loader's position in one orbax checkpoint per saved step (written in
+    the background); the last 3 are kept."""
+
+    def __init__(self, config: Config) -> None:
+        options = ocp.CheckpointManagerOptions(save_interval_steps=config.checkpoint_every, max_to_keep=3)
+        self.manager = ocp.CheckpointManager(config.workdir.absolute() / "checkpoints", options=options)
+
+    def should_save(self, step: int) -> bool:
+        return bool(self.manager.should_save(step))
+
+    def save(self, step: int, state: State, batches: Any) -> None:
+        """Save the model at `step`, and where the loader is."""
+        args = ocp.args.Composite(model=ocp.args.StandardSave(state), loader=CheckpointSave(batches))
+        self.manager.save(step, args=args, force=True)
+
+    def restore(self, state: State, batches: Any) -> tuple[int, State]:
+        """The latest step and model, with `batches` moved to where that step left the loader;
+        step 0 and `state` unchanged when there is no checkpoint yet."""
+        step = self.manager.latest_step()
+        if step is None:
+            return 0, state
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shapes, dtypes and shardings
+        args = ocp.args.Composite(model=ocp.args.StandardRestore(abstract), loader=CheckpointRestore(batches))
+        return step, self.manager.restore(step, args=args).model
+
+    def close(self) -> None:
+        """Wait for the last save to be written."""
+        self.manager.wait_until_finished()
+        self.manager.close()
 
 
-def restore(manager: ocp.CheckpointManager, state: State, batches: Any) -> tuple[int, State]:
-    """The latest step and model, with `batches` moved to where that step left the loader;
-    step 0 and `state` unchanged when there is no checkpoint yet."""
-    step = manager.latest_step()
-    if step is None:
-        return 0, state
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shapes, dtypes and shardings
-    args = ocp.args.Composite(model=ocp.args.StandardRestore(abstract), loader=CheckpointRestore(batches))
-    return step, manager.restore(step, args=args).model
+class NumpyCheckpoints(Saving):
+    """Where orbax does not install: per saved step, a folder with the parameters in
+    `model.npz` and the loader's state in `loader.json`, written whole and then renamed (a
+    killed run leaves no half checkpoint); the last 3 are kept. One JAX process only."""
+
+    def __init__(self, config: Config) -> None:
+        if jax.process_count() > 1:
+            raise RuntimeError("numpy checkpoints are for one process: install orbax-checkpoint")
+        self.directory = config.workdir.absolute() / "checkpoints-numpy"
+        self.every = config.checkpoint_every
+
+    def should_save(self, step: int) -> bool:
+        return step % self.every == 0
+
+    def save(self, step: int, state: State, batches: Any) -> None:
+        partial = self.directory / f"{step}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        np.savez(partial / "model.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(state)])
+        (partial / "loader.json").write_text(json.dumps(batches.get_state()))
+        shutil.rmtree(self.directory / str(step), ignore_errors=True)
+        partial.rename(self.directory / str(step))
+        for old in self.steps()[:-3]:
+            shutil.rmtree(self.directory / str(old))
+
+    def steps(self) -> list[int]:
+        return sorted(int(p.name) for p in self.directory.glob("*") if p.name.isdigit())
+
+    def restore(self, state: State, batches: Any) -> tuple[int, State]:
+        """As `OrbaxCheckpoints.restore`: each array goes back with its saved shape and dtype
+        onto the sharding of the array it replaces."""
+        if not self.steps():
+            return 0, state
+        folder = self.directory / str(self.steps()[-1])
+        leaves, tree = jax.tree.flatten(state)
+        with np.load(folder / "model.npz") as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        if [(a.shape, a.dtype) for a in arrays] != [(x.shape, x.dtype) for x in leaves]:
+            raise ValueError(f"`{folder / 'model.npz'}` holds parameters of another model.")
+        batches.set_state(json.loads((folder / "loader.json").read_text()))
+        restored = [jax.device_put(a, x.sharding) for a, x in zip(arrays, leaves, strict=True)]
+        return self.steps()[-1], jax.tree.unflatten(tree, restored)
+
+
+Checkpoints = OrbaxCheckpoints | NumpyCheckpoints
+
+
+def checkpoints(config: Config) -> Checkpoints:
+    """orbax where it installs; else numpy, saying so in one line."""
+    if ocp is not None:
+        return OrbaxCheckpoints(config)
+    say(
+        "checkpoints: orbax-checkpoint is not installed here (it needs tensorstore, which has no "
+        "free-threaded 3.13 wheels): saving the parameters with numpy beside the loader's state"
+    )
+    return NumpyCheckpoints(config)
 
 
 # --- The loop -----------------------------------------------------------------------------
@@ -200,23 +294,24 @@ def train(config: Config, on_step: OnStep | None = None) -> State:
     `on_step(step, batch, loss)` is called after every step (for tests and tools).
     """
     train_step = make_train_step(config.learning_rate)
-    with checkpoint_manager(config) as manager, iter(make_loader(config)) as batches:
-        start, state = restore(manager, init_state(config), batches)
+    with checkpoints(config) as saved, iter(make_loader(config)) as batches:
+        start, state = saved.restore(init_state(config), batches)
         end = config.end(start)
         say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
-        losses, started = [], time.perf_counter()
+        losses, started, rate = [], time.perf_counter(), Rate()
         for step in range(start + 1, end + 1):
             batch = next(batches)  # the sampler repeats forever: the step count decides the end
             state, loss = train_step(state, batch)
-            if manager.should_save(step) or step == end:
-                save(manager, step, state, batches)
+            if saved.should_save(step) or step == end:
+                saved.save(step, state, batches)
             losses.append(loss)
             if on_step is not None:
                 on_step(step, batch, loss)
             if step % config.log_every == 0 or step in (start + 1, end):
                 report(step, losses, time.perf_counter() - started)
                 losses, started = [], time.perf_counter()
-        manager.wait_until_finished()
+            rate.tick()
+    say(rate.summary())
     return state
 
 
@@ -225,6 +320,31 @@ def report(step: int, losses: list[jax.Array], seconds: float) -> None:
     step, which includes compiling)."""
     rate = f"  ({1000 * seconds / len(losses):.1f} ms/step)" if len(losses) > 1 else ""
     say(f"step {step:6d}  loss {np.mean(jax.device_get(losses)):.4f}{rate}")
+
+
+class Rate:
+    """Steps per second over a run, from the end of its first step (which compiles)."""
+
+    def __init__(self) -> None:
+        self.steps, self.since = -1, 0.0
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps == 0:
+            self.since = time.perf_counter()
+
+    def summary(self) -> str:
+        if self.steps < 1:
+            return "trained no more than one step: no rate to report"
+        seconds = time.perf_counter() - self.since
+        return f"{self.steps / seconds:.1f} steps/s over {self.steps} steps, on {interpreter()}"
+
+
+def interpreter() -> str:
+    """Which CPython runs this, and whether the GIL is on."""
+    build = "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "GIL build"
+    gil = "GIL on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "GIL off"
+    return f"CPython {sys.version.split()[0]} ({build}, {gil})"
 
 
 def say(message: str) -> None:
@@ -249,8 +369,8 @@ def parse(argv: Sequence[str] | None = None, defaults: Config = Config()) -> Con
 def main(argv: Sequence[str] | None = None) -> None:
     config = parse(argv)
     say(
-        f"{jax.device_count()} {jax.default_backend()} device(s), {jax.process_count()} process(es), "
-        f"global batch {config.batch_size}, checkpoints in {config.workdir}/checkpoints"
+        f"{interpreter()}; {jax.device_count()} {jax.default_backend()} device(s), "
+        f"{jax.process_count()} process(es), global batch {config.batch_size}, in {config.workdir}"
     )
     train(config)
 

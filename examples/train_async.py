@@ -8,7 +8,8 @@ held-out data every second. They keep running while batches are read,
 transformed and moved to the devices, because that work happens on the
 loader's worker and device threads; what the training loop itself does that
 could block (the jitted step, reading a loss, saving a checkpoint) goes
-through `asyncio.to_thread`. The run ends with how late the heartbeats were.
+through `asyncio.to_thread`. The run ends with how late the heartbeats were,
+and fails if none ran at all while it trained (the loop was blocked).
 
 Checkpoints and resuming work as in train.py (the model and the loader's
 position are saved together; run it again to go on).
@@ -26,19 +27,21 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from train import (
+    Checkpoints,
     Config,
+    OnStep,
+    Rate,
     State,
     TeacherRegression,
     batch_sharding,
-    checkpoint_manager,
+    checkpoints,
     init_state,
+    interpreter,
     loss_fn,
     make_loader,
     make_train_step,
     parse,
     report,
-    restore,
-    save,
     say,
 )
 
@@ -84,50 +87,67 @@ async def evaluate_every(seconds: float, progress: Progress, config: Config) -> 
             say(f"    evaluator: held-out loss {loss:.4f} at step {progress.step}")
 
 
-async def train(config: Config, progress: Progress) -> None:
-    """train.py's `train`, with `async for` and every blocking call in a thread."""
-    manager, loader, state = await asyncio.gather(
-        asyncio.to_thread(checkpoint_manager, config),
+async def train(config: Config, progress: Progress, on_step: OnStep | None = None) -> int:
+    """train.py's `train`, with `async for` and every blocking call in a thread; returns
+    the number of steps trained."""
+    saved, loader, state = await asyncio.gather(
+        asyncio.to_thread(checkpoints, config),
         asyncio.to_thread(make_loader, config),
         asyncio.to_thread(init_state, config),
     )
     async with aiter(loader) as batches:
-        start, state = await asyncio.to_thread(restore, manager, state, batches)
+        start, state = await asyncio.to_thread(saved.restore, state, batches)
         end = config.end(start)
         say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
         if start < end:
-            await run_steps(config, start, end, state, batches, manager, progress)
-    await asyncio.to_thread(manager.close)  # waits for the last save
+            rate = await run_steps(config, (start, end), state, batches, saved, progress, on_step)
+            say(rate.summary())
+    await asyncio.to_thread(saved.close)  # waits for the last save
+    return end - start
 
 
 async def run_steps(
-    config: Config, start: int, end: int, state: State, batches: Any, manager: Any, progress: Progress
-) -> None:
-    train_step = make_train_step(config.learning_rate)
-    step, losses, started = start, [], time.perf_counter()
+    config: Config,
+    steps: tuple[int, int],
+    state: State,
+    batches: Any,
+    saved: Checkpoints,
+    progress: Progress,
+    on_step: OnStep | None,
+) -> Rate:
+    """Train from `steps[0]` to `steps[1]`; `on_step(step, batch, loss)` as in train.py."""
+    (start, end), train_step = steps, make_train_step(config.learning_rate)
+    step, losses, started, rate = start, [], time.perf_counter(), Rate()
     async for batch in batches:
         step += 1
         state, loss = await asyncio.to_thread(train_step, state, batch)
         progress.step, progress.state = step, state
-        if manager.should_save(step) or step == end:
-            await asyncio.to_thread(save, manager, step, state, batches)
+        if saved.should_save(step) or step == end:
+            await asyncio.to_thread(saved.save, step, state, batches)
         losses.append(loss)
+        if on_step is not None:
+            on_step(step, batch, loss)
         if step % config.log_every == 0 or step in (start + 1, end):
             await asyncio.to_thread(report, step, losses, time.perf_counter() - started)
             losses, started = [], time.perf_counter()
+        rate.tick()
         if step == end:
-            return
+            break
+    return rate
 
 
-async def main(config: Config) -> None:
+async def main(config: Config, on_step: OnStep | None = None) -> None:
+    say(f"{interpreter()}: training with `async for` next to a heartbeat and an evaluator")
     heartbeat, progress = Heartbeat(), Progress()
     async with asyncio.TaskGroup() as tasks:
         beating = tasks.create_task(heartbeat.run())
         evaluating = tasks.create_task(evaluate_every(1.0, progress, config))
-        await train(config, progress)
+        trained = await train(config, progress, on_step)
         beating.cancel()
         evaluating.cancel()
     say(heartbeat.summary())
+    if trained and not heartbeat.lateness:
+        raise SystemExit("error: no heartbeat ran while training: something blocked the event loop")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,12 @@ FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 # Concurrency tests run this many times: more where the GIL is off, where
 # races have the most room to show.
+# Why the orbax tests skip where they do.
+ORBAX_MISSING = (
+    "needs orbax-checkpoint (the `orbax` extra), which needs tensorstore: it has free-threaded "
+    "wheels for 3.14t, none for 3.13t"
+)
+
 REPEATS = int(os.environ.get("AIOLOADER_REPEATS", "10" if FREE_THREADED else "3"))
 repeated = pytest.mark.parametrize("repeat", range(REPEATS), ids=lambda r: f"run{r}")
 
@@ -73,3 +80,14 @@ def no_leftover_threads() -> Iterator[None]:
     yield
     leftover = wait_for_no_threads(2.0)
     assert not leftover, f"threads still alive 2 s after the test: {[t.name for t in leftover]}"
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_training(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """examples/train.py run to the end without a stop, step by step (batch fingerprint and
+    exact loss): what every interrupted and resumed run, of either example, must match."""
+    from tests.support.training import job, read_log, run_to_end
+
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    run_to_end(job(folder / "log.jsonl", folder / "run"))
+    return {line["step"]: line for line in read_log(folder / "log.jsonl")}

@@ -104,17 +104,25 @@ def test_the_loader_reads_every_record(
 
 
 @repeated
-def test_many_threads_read_one_source_at_once(array_record_dir: Path, reader: str, repeat: int) -> None:
-    specs = [BY_NAME[name] for name in ("grouped-zstd", "grouped-snappy", "large-snappy", "default")]
+@pytest.mark.parametrize("verify", [True, False], ids=["verified", "unverified"])
+def test_many_threads_read_one_source_at_once(
+    array_record_dir: Path, reader: str, verify: bool, repeat: int
+) -> None:
+    # Unverified, chunks that span blocks too; verified, fewer reads of small chunks,
+    # since a pure-Python hash of a large chunk costs much more than its decoding.
+    names = ("grouped-zstd", "grouped-snappy", "large-snappy" if not verify else "group-size", "default")
+    specs = [BY_NAME[name] for name in names]
     # A small cache, so that threads evict each other's chunks while they read.
-    source = ArrayRecordDataSource(paths_of(array_record_dir, specs), reader=reader, cache_bytes=60_000)
+    source = ArrayRecordDataSource(
+        paths_of(array_record_dir, specs), reader=reader, cache_bytes=60_000, verify_checksums=verify
+    )
     expected = expected_of(specs)
     start = threading.Barrier(8)
 
     def read_randomly(seed: int) -> None:
         rng = random.Random(seed)
         start.wait()
-        for _ in range(100):
+        for _ in range(8 if verify else 100):
             keys = rng.choices(range(len(expected)), k=rng.randrange(1, 24))
             got = [source[keys[0]]] if len(keys) == 1 else source.__getitems__(keys)
             assert got == [expected[key] for key in keys]
@@ -172,10 +180,105 @@ def test_a_chunk_that_disagrees_with_the_footer_is_an_error(array_record_dir: Pa
     data[first_chunk + 25] = 2
     path = tmp_path / "damaged.array_record"
     path.write_bytes(bytes(data))
-    source = ArrayRecordDataSource(path, reader="builtin")
+    # Without checksums (the header's hash would fail first), the header is checked against the footer.
+    source = ArrayRecordDataSource(path, reader="builtin", verify_checksums=False)
     assert source[1] == BY_NAME["uncompressed"].records()[1]
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))}.*chunk 0 .* 2 records .* footer says 1"):
         source[0]
+
+
+def offsets_to_damage(whole: bytes, sample: int | None) -> list[int]:
+    """Every byte that holds something (up to the padding before the last block, and the
+    postscript at its start), or `sample` of them plus every byte of the block headers;
+    and a few bytes of padding."""
+    last_block = len(whole) - 65536
+    end = max(i for i in range(last_block) if whole[i]) + 8  # zeros after this are padding
+    held = [*range(end), *range(last_block, last_block + 160)]
+    rng = random.Random(len(whole))
+    if sample is not None:
+        headers = [b + i for b in range(65536, len(whole), 65536) for i in range(24)]
+        held = sorted({*rng.sample(held, sample), *headers})
+    padding = rng.sample(range(end, last_block), 20)
+    return held + padding
+
+
+@pytest.mark.parametrize(
+    ("name", "sample"), [("damage-single", None), ("damage-grouped", None), ("damage-spanning", 40)]
+)
+def test_a_changed_byte_anywhere_is_an_error_naming_the_file_and_offset(
+    array_record_dir: Path, tmp_path: Path, reader: str, name: str, sample: int | None
+) -> None:
+    spec, path = BY_NAME[name], tmp_path / "damaged.array_record"
+    whole, expected = (array_record_dir / spec.file_name).read_bytes(), spec.records()
+    outcomes: dict[str, int] = {"same records": 0, "error": 0}
+    for offset in offsets_to_damage(whole, sample):
+        damaged = bytearray(whole)
+        damaged[offset] ^= 1 << (offset % 8)  # one bit; each bit position in turn
+        path.write_bytes(damaged)
+        got = read_all_or_error(path, reader)
+        if isinstance(got, str):
+            assert str(path) in got, (offset, got)
+            assert re.search(r"\bbytes? \d+", got), (offset, got)
+            outcomes["error"] += 1
+        else:
+            assert got == expected, f"a changed bit at byte {offset} gave other records"
+            outcomes["same records"] += 1
+    assert outcomes["error"] > outcomes["same records"] > 0, outcomes  # padding changes nothing
+
+
+def read_all_or_error(path: Path, reader: str) -> list[bytes] | str:
+    """Every record of the file, or the message of the ValueError that reading it raised."""
+    try:
+        with ArrayRecordDataSource(path, reader=reader) as source:
+            return source.__getitems__(list(range(len(source))))
+    except ValueError as error:
+        return str(error)
+
+
+def test_without_checksums_a_changed_value_goes_unseen(array_record_dir: Path, tmp_path: Path) -> None:
+    spec = BY_NAME["damage-single"]
+    whole, expected = (array_record_dir / spec.file_name).read_bytes(), spec.records()
+    at = whole.index(expected[-1][-10:])  # inside the last record's value, stored uncompressed
+    damaged = bytearray(whole)
+    damaged[at] ^= 0x20
+    path = tmp_path / "damaged.array_record"
+    path.write_bytes(damaged)
+    unverified = ArrayRecordDataSource(path, reader="builtin", verify_checksums=False)
+    assert unverified.verify_checksums is False
+    assert unverified[len(expected) - 1] != expected[-1]  # what the opt-out costs
+    verified = ArrayRecordDataSource(path, reader="builtin")
+    assert verified.verify_checksums is True
+    assert verified.__getitems__([0, 1, 2]) == expected[:3]  # other chunks stay readable
+    record = len(expected) - 1
+    message = (
+        rf"`{re.escape(str(path))}`: chunk {record} \(record {record}\) at byte \d+ is damaged: "
+        r"the chunk data \(bytes \d+ to \d+\) does not match its hash"
+    )
+    with pytest.raises(ValueError, match=message):
+        verified[record]
+
+
+def test_the_loader_names_the_damaged_file_and_record(array_record_dir: Path, tmp_path: Path) -> None:
+    spec = BY_NAME["damage-grouped"]
+    whole = bytearray((array_record_dir / spec.file_name).read_bytes())
+    whole[200] ^= 0x10  # inside the second chunk (records 3 to 5)
+    path = tmp_path / "damaged.array_record"
+    path.write_bytes(whole)
+    source = ArrayRecordDataSource(path, reader="builtin")
+    loader = DataLoader(data_source=source, sampler=IndexSampler(len(source), num_epochs=1), worker_count=2)
+    records = iter(loader)
+    got = [next(records) for _ in range(3)]
+    assert got == spec.records()[:3]  # everything before the damaged chunk, in order
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(str(path))}.*chunk 1 \(records 3 to 5\) at byte"
+    ) as caught:
+        next(records)
+    assert "index=3, record_key=3" in "".join(caught.value.__notes__)
+
+
+def test_verify_checksums_must_be_a_bool(array_record_dir: Path) -> None:
+    with pytest.raises(TypeError, match="`verify_checksums` must be a bool, got 'no'"):
+        ArrayRecordDataSource(array_record_dir / BY_NAME["default"].file_name, verify_checksums="no")
 
 
 def test_a_missing_codec_names_the_package_and_the_file(
@@ -228,7 +331,7 @@ def test_asking_for_array_record_where_it_does_not_install(array_record_dir: Pat
 @pytest.mark.skipif(len(READERS) < 2, reason="needs both readers")
 def test_a_checkpoint_moves_between_readers(array_record_dir: Path) -> None:
     paths = paths_of(array_record_dir, SHARDS)
-    sampler = IndexSampler(sum(spec.count for spec in SHARDS), shuffle=True, seed=3)
+    sampler = IndexSampler(sum(spec.count for spec in SHARDS), shuffle=True, seed=3, num_epochs=1)
 
     def loader(reader: str) -> DataLoader:
         return DataLoader(

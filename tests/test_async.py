@@ -98,7 +98,7 @@ async def test_user_code_never_runs_on_the_loop_thread(workers: int) -> None:
     threads: set[int] = set()
     loader = DataLoader(
         data_source=RangeDataSource(0, 200),
-        sampler=IndexSampler(200),
+        sampler=IndexSampler(200, num_epochs=1),
         operations=[RecordsThread(threads), Batch(10)],
         worker_count=workers,
     )
@@ -117,7 +117,10 @@ async def test_async_def_maps_run_on_the_loop() -> None:
         return element * 2
 
     loader = DataLoader(
-        data_source=RangeDataSource(0, 30), sampler=IndexSampler(30), operations=[on_loop], worker_count=2
+        data_source=RangeDataSource(0, 30),
+        sampler=IndexSampler(30, num_epochs=1),
+        operations=[on_loop],
+        worker_count=2,
     )
     out = [x async for x in loader]
     assert out == [2 * x for x in range(30)]
@@ -141,14 +144,16 @@ def test_async_source_with_aget_many_is_used() -> None:
             return [k * 3 for k in keys]
 
     source = Remote()
-    loader = DataLoader(data_source=source, sampler=IndexSampler(100), worker_count=2)
+    loader = DataLoader(data_source=source, sampler=IndexSampler(100, num_epochs=1), worker_count=2)
     assert list(loader) == [k * 3 for k in range(100)]
     assert 1 <= source.calls < 100  # whole chunks, not records
 
 
 @pytest.mark.asyncio
 async def test_iterators_are_async_context_managers() -> None:
-    loader = DataLoader(data_source=RangeDataSource(0, 5), sampler=IndexSampler(5), worker_count=1)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 5), sampler=IndexSampler(5, num_epochs=1), worker_count=1
+    )
     async with aiter(loader) as iterator:
         assert [x async for x in iterator] == [0, 1, 2, 3, 4]
 
@@ -158,12 +163,19 @@ async def test_iterators_are_async_context_managers() -> None:
 
 
 class SlowRecords(MapTransform):
-    """Each record takes `seconds` (waiting), so that stopping the workers takes that long."""
+    """Each record takes `seconds` (waiting), so that stopping the workers takes that long;
+    `entered` is set once a record after the first has started."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.entered = threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SlowRecords:
+        return self  # one event for every worker
 
     def map(self, element: Any) -> Any:
+        if element > 0:
+            self.entered.set()
         time.sleep(self.seconds)
         return element
 
@@ -180,17 +192,20 @@ async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool,
             beats.append(time.monotonic())
             await asyncio.sleep(0.001)
 
+    slow = SlowRecords(0.4)
     loader = DataLoader(
         data_source=RangeDataSource(0, 1000),
         sampler=IndexSampler(1000, num_epochs=1),
-        operations=[SlowRecords(0.4)],
+        operations=[slow],
         worker_count=2,
         device_put=DevicePut() if device else None,
     )
     beat = asyncio.create_task(heartbeat())
     iterator = aiter(loader)
     async for _ in iterator:
-        break  # a worker is in a record that takes 0.4 s: stopping waits for it
+        while not slow.entered.is_set():  # a worker is in a record that takes 0.4 s
+            await asyncio.sleep(0.001)
+        break  # stopping waits for that record
     started = time.monotonic()
     if how == "aclose":
         await iterator.aclose()

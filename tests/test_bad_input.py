@@ -23,7 +23,10 @@ from tests.support.outputs import drain, notes
 
 
 def make(**overrides: Any) -> DataLoader:
-    arguments: dict[str, Any] = {"data_source": RangeDataSource(0, 10), "sampler": IndexSampler(10)}
+    arguments: dict[str, Any] = {
+        "data_source": RangeDataSource(0, 10),
+        "sampler": IndexSampler(10, num_epochs=1),
+    }
     arguments.update(overrides)
     return DataLoader(**arguments)
 
@@ -44,8 +47,17 @@ class HoldsALock(MapTransform):
         ({"worker_count": 10_000}, ValueError, r"`worker_count` must be at most 256 .*got 10000"),
         ({"executor": "process"}, ValueError, r"`executor` must be one of .*'process'"),
         ({"read_options": {"num_threads": 4}}, TypeError, r"`read_options` must be a ReadOptions"),
-        ({"sampler": range(10)}, TypeError, r"`sampler` must be an IndexSampler"),
-        ({"sampler": IndexSampler(11)}, ValueError, r"`sampler` has num_records=11.*holds only 10"),
+        (
+            {"sampler": range(10)},
+            TypeError,
+            r"`sampler\[0\]` must return a RecordMetadata.*got 0 of type int",
+        ),
+        ({"sampler": 10}, TypeError, r"`sampler` must have __getitem__\(index\) -> RecordMetadata"),
+        (
+            {"sampler": IndexSampler(11, num_epochs=1)},
+            ValueError,
+            r"`sampler` has num_records=11.*holds only 10",
+        ),
         ({"data_source": object()}, TypeError, r"`data_source` must define __len__"),
         ({"data_source": 42}, TypeError, r"`data_source`"),
         ({"operations": "map"}, TypeError, r"`operations` must be a list or tuple"),
@@ -59,6 +71,7 @@ class HoldsALock(MapTransform):
         "unknown-executor",
         "dict-read-options",
         "range-sampler",
+        "int-sampler",
         "sampler-longer-than-source",
         "no-len-source",
         "int-source",
@@ -108,7 +121,7 @@ def test_device_put_must_be_a_device_put() -> None:
 def test_source_constructors() -> None:
     with pytest.raises(ValueError, match="`step` must not be zero"):
         RangeDataSource(0, 10, 0)
-    with pytest.raises(TypeError, match="`seq` must be a sequence"):
+    with pytest.raises(TypeError, match="`elements` must be a sequence"):
         InMemoryDataSource(42)  # type: ignore[arg-type]
 
 

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource
+from tests.conftest import ORBAX_MISSING
 from tests.support.reference import AddOne, Noise, assert_same_outputs, reference_outputs
 
 NUM_RECORDS = 50
 
 
-ocp = pytest.importorskip(
-    "orbax.checkpoint", reason="needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)"
-)
+ocp = pytest.importorskip("orbax.checkpoint", reason=ORBAX_MISSING)
 
 from aioloader.checkpoint import CheckpointHandler, CheckpointRestore, CheckpointSave  # noqa: E402
 

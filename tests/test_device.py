@@ -22,7 +22,7 @@ from tests.support.reference import ToDict, assert_same_outputs  # noqa: E402
 def host_and_device(workers: int, device_put: DevicePut | None, batch: int = 8, n: int = 64) -> DataLoader:
     return DataLoader(
         data_source=RangeDataSource(0, n),
-        sampler=IndexSampler(n, shuffle=True, seed=3),
+        sampler=IndexSampler(n, shuffle=True, seed=3, num_epochs=1),
         operations=[ToDict(), Batch(batch)],
         worker_count=workers,
         device_put=device_put,

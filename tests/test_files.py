@@ -42,7 +42,7 @@ class CountingFiles(FilesDataSource):
 
 
 def loader_of(source: FilesDataSource, workers: int, **kwargs: object) -> tuple[DataLoader, list[int]]:
-    sampler = IndexSampler(len(source), shuffle=True, seed=4)
+    sampler = IndexSampler(len(source), shuffle=True, seed=4, num_epochs=1)
     keys = sampler.record_keys(0, len(source))
     return DataLoader(data_source=source, sampler=sampler, worker_count=workers, **kwargs), keys  # type: ignore[arg-type]
 
@@ -83,7 +83,7 @@ def test_reads_in_flight_are_bounded_by_num_threads(
 def test_a_missing_file_is_an_error_naming_it(files: tuple[list[Path], list[bytes]], tmp_path: Path) -> None:
     missing = tmp_path / "gone.bin"
     source = FilesDataSource([*files[0][:5], missing])  # not checked until read: starting stays instant
-    loader = DataLoader(data_source=source, sampler=IndexSampler(6), worker_count=0)
+    loader = DataLoader(data_source=source, sampler=IndexSampler(6, num_epochs=1), worker_count=0)
     with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
         list(loader)
 

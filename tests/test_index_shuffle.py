@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from aioloader._sampling.index_shuffle import block_bits, index_shuffle, index_shuffle_array
+from tests.grain_reference import grain_index_shuffle
 
 # (index, max_index, seed, rounds, Grain 0.2.18's index_shuffle of them), printed by Grain's module.
 GRAIN_VALUES = [
@@ -49,16 +50,6 @@ MAX_INDICES = [
     2**24 - 1,
     2**25,
 ]
-
-
-def grain_index_shuffle() -> Callable[[int, int, int, int], int]:
-    """Grain's C++ index_shuffle, or a skip that says why it is not here."""
-    try:
-        from grain._src.python.experimental.index_shuffle.python import index_shuffle_module
-    except ImportError as error:
-        pytest.skip(f"needs Grain 0.2.18 (installed in the 3.11 test session only): {error}")
-    function: Callable[[int, int, int, int], int] = index_shuffle_module.index_shuffle
-    return function
 
 
 @pytest.mark.parametrize("case", GRAIN_VALUES, ids=lambda c: f"max{c[1]}-seed{c[2]}-r{c[3]}")

@@ -59,7 +59,7 @@ def no_leftover_interpreters() -> Any:
 def loader(operations: list[Any], workers: int = 2, source: Any = None, **kwargs: Any) -> DataLoader:
     return DataLoader(
         data_source=source or RangeDataSource(0, 40),
-        sampler=IndexSampler(40, seed=5),
+        sampler=IndexSampler(40, seed=5, num_epochs=1),
         operations=operations,
         worker_count=workers,
         executor="interpreter",
@@ -193,14 +193,14 @@ def test_records_and_results_larger_than_the_shared_buffer() -> None:
     out = list(
         DataLoader(
             data_source=InMemoryDataSource(texts),
-            sampler=IndexSampler(120, shuffle=True, seed=3),
+            sampler=IndexSampler(120, shuffle=True, seed=3, num_epochs=1),
             operations=[ops.shout, ops.Pair()],
             worker_count=2,
             executor="interpreter",
             read_options=ReadOptions(prefetch_buffer_size=300),
         )
     )
-    keys = [IndexSampler(120, shuffle=True, seed=3)[i].record_key for i in range(120)]
+    keys = [IndexSampler(120, shuffle=True, seed=3, num_epochs=1)[i].record_key for i in range(120)]
     assert out[::2] == [texts[k].upper() for k in keys]
     assert out[1::2] == [texts[k].upper() for k in keys]
 
@@ -238,7 +238,7 @@ def test_a_state_from_threads_resumes_in_subinterpreters(case: Case) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_every_output_before_the_error_is_delivered(workers: int) -> None:
     got, error = drain(loader([ops.FailOn({13, 17, 30})], workers, source=RangeDataSource(0, 40)))
-    assert got == [IndexSampler(40, seed=5)[i].record_key for i in range(13)]
+    assert got == [IndexSampler(40, seed=5, num_epochs=1)[i].record_key for i in range(13)]
     assert type(error) is ValueError
     assert str(error) == "bad element 13"
     assert "operations[0] (FailOn.map) failed on the record with index=13, record_key=13" in notes(error)
@@ -290,7 +290,7 @@ def test_the_earliest_failure_wins_across_interpreters(
 @needs_subinterpreters
 def test_read_errors_in_the_subinterpreter_name_the_source_and_the_key() -> None:
     got, error = drain(loader([ops.Identity()], source=ops.BrokenSource(40, {9})))
-    keys = [IndexSampler(40, seed=5)[i].record_key for i in range(40)]
+    keys = [IndexSampler(40, seed=5, num_epochs=1)[i].record_key for i in range(40)]
     assert got == keys[: keys.index(9)]
     assert type(error) is OSError
     assert "reading from BrokenSource failed" in notes(error)
@@ -370,7 +370,7 @@ def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> No
     iterator = iter(
         DataLoader(
             data_source=tracked.TrackedSource(),
-            sampler=IndexSampler(1_000_000, shuffle=True, seed=0),
+            sampler=IndexSampler(1_000_000, shuffle=True, seed=0, num_epochs=1),
             operations=[ops.Identity()],
             worker_count=2,
             executor="interpreter",

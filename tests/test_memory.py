@@ -68,7 +68,7 @@ def assert_all_freed() -> None:
 def loader(operations: list[Any], workers: int, window: int) -> DataLoader:
     return DataLoader(
         data_source=TrackedSource(),
-        sampler=IndexSampler(1_000_000, shuffle=True, seed=0),
+        sampler=IndexSampler(1_000_000, shuffle=True, seed=0, num_epochs=1),
         operations=operations,
         worker_count=workers,
         read_options=ReadOptions(prefetch_buffer_size=window),

@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("jax")
 
 from aioloader import IndexSampler, ShardOptions
+from tests.conftest import ORBAX_MISSING
 from tests.support.multiprocess_worker import LOCAL_BATCH, NUM_RECORDS, SAVE_AT, SEED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,10 +66,11 @@ def run_cluster(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def expected_local_batches(index: int) -> list[list[int]]:
-    """Process `index`'s batches of keys, from the sampler alone."""
+    """Process `index`'s batches of keys, from the sampler alone: as Grain's DataLoader reads
+    shard `i` of `n`, at global indices `i, i + n, ...` below `len(sampler)`."""
     shard = ShardOptions(index, PROCESSES, drop_remainder=True)
-    sampler = IndexSampler(NUM_RECORDS, shard_options=shard, shuffle=True, seed=SEED)
-    keys = [sampler[i].record_key for i in range(len(sampler))]
+    sampler = IndexSampler(NUM_RECORDS, shard_options=shard, shuffle=True, seed=SEED, num_epochs=1)
+    keys = [sampler[i].record_key for i in range(index, len(sampler), PROCESSES)]
     return [keys[s : s + LOCAL_BATCH] for s in range(0, len(keys) - LOCAL_BATCH + 1, LOCAL_BATCH)]
 
 
@@ -103,7 +105,7 @@ def test_every_process_iterates_the_same_global_batches(reports: list[dict[str, 
 
 def test_checkpoint_manager_writes_one_state_per_process(reports: list[dict[str, Any]]) -> None:
     if "checkpoint" not in reports[0]:
-        pytest.skip("needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)")
+        pytest.skip(ORBAX_MISSING)
     for report in reports:
         checkpoint = report["checkpoint"]
         assert checkpoint["files"] == ["process_0-of-2.json", "process_1-of-2.json"]

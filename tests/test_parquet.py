@@ -50,11 +50,11 @@ def make_rows(start: int, count: int) -> list[dict[str, Any]]:
     ]
 
 
-def write(path: Path, rows: list[dict[str, Any]]) -> Path:
+def write(path: Path, rows: list[dict[str, Any]], **options: Any) -> Path:
     columns = {name: [row[name] for row in rows] for name in SCHEMA.names}
     columns["tokens"] = [row["tokens"].tolist() for row in rows]
     columns["weights"] = [row["weights"].tolist() for row in rows]
-    pq.write_table(pa.table(columns, schema=SCHEMA), path, row_group_size=ROW_GROUP)
+    pq.write_table(pa.table(columns, schema=SCHEMA), path, row_group_size=ROW_GROUP, **options)
     return path
 
 
@@ -191,3 +191,109 @@ def test_keys_outside_the_source_are_index_errors(files: tuple[list[Path], list[
         source.__getitems__([-1])
     assert "columns" not in repr(source)
     assert "a.parquet" in repr(source)
+
+
+def written_with_checksums(path: Path, compression: str) -> tuple[bytes, list[dict[str, Any]]]:
+    """A file of 100 rows (row groups of 37) whose pages carry CRC-32s, and its rows."""
+    rows = make_rows(0, 100)
+    write(path, rows, write_page_checksum=True, compression=compression)
+    return path.read_bytes(), rows
+
+
+def read_all_or_error(path: Path) -> list[dict[str, Any]] | str:
+    """Every row of the file, or the message of the ValueError that opening or reading it raised."""
+    try:
+        source = ParquetDataSource(path)
+        return source.__getitems__(list(range(len(source))))
+    except ValueError as error:
+        return str(error)
+
+
+@pytest.mark.parametrize("compression", ["snappy", "none"])
+def test_a_changed_bit_in_the_pages_is_an_error_naming_the_file_and_row_group(
+    tmp_path: Path, compression: str
+) -> None:
+    whole, rows = written_with_checksums(tmp_path / "good.parquet", compression)
+    footer = len(whole) - 8 - int.from_bytes(whole[-8:-4], "little")
+    path, errors = tmp_path / "damaged.parquet", 0
+    for offset in random.Random(footer).sample(range(4, footer), 600):  # after the leading magic
+        damaged = bytearray(whole)
+        damaged[offset] ^= 1 << (offset % 8)
+        path.write_bytes(damaged)
+        got = read_all_or_error(path)
+        if isinstance(got, str):
+            assert re.search(
+                rf"`{re.escape(str(path))}`: row group \d \(rows \d+ to \d+ of the source\)", got
+            ), got
+            errors += 1
+        else:
+            assert_same_outputs(got, rows)  # a change the checksums cover cannot pass unseen
+    assert errors > 450
+
+
+def test_without_checksums_a_changed_value_goes_unseen(tmp_path: Path) -> None:
+    whole, rows = written_with_checksums(tmp_path / "good.parquet", "none")
+    damaged = bytearray(whole)
+    damaged[whole.index(b"row 42") + 4] ^= 0x01  # in the dictionary page: "row 42" becomes "row 52"
+    path = tmp_path / "damaged.parquet"
+    path.write_bytes(damaged)
+    unverified = ParquetDataSource(path, verify_checksums=False)
+    assert unverified.verify_checksums is False
+    assert unverified[42]["name"] == "row 52"  # what the opt-out costs
+    verified = ParquetDataSource(path)
+    assert verified.verify_checksums is True
+    assert_same_outputs([verified[99]], [rows[99]])  # the last row group has its own dictionary
+    message = rf"`{re.escape(str(path))}`: row group 1 \(rows 37 to 73 of the source\) is damaged: .*CRC"
+    with pytest.raises(ValueError, match=message):
+        verified[42]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated-footer", "truncated-half", "truncated-to-magic", "end-magic", "footer-length", "garbage"],
+)
+def test_a_damaged_footer_is_an_error_naming_the_file(tmp_path: Path, damage: str) -> None:
+    whole, _ = written_with_checksums(tmp_path / "good.parquet", "snappy")
+    damaged = bytearray(whole)
+    if damage.startswith("truncated"):
+        cut = {
+            "truncated-footer": len(whole) - 100,
+            "truncated-half": len(whole) // 2,
+            "truncated-to-magic": 4,
+        }
+        damaged = damaged[: cut[damage]]
+    elif damage == "end-magic":
+        damaged[-1] ^= 0x01
+    elif damage == "footer-length":
+        damaged[-6] ^= 0x01  # the footer now claims to be 64 KiB longer than the file
+    else:
+        damaged = bytearray(b"PAR1" + random.Random(0).randbytes(5000) + b"PAR1")
+    path = tmp_path / "damaged.parquet"
+    path.write_bytes(damaged)
+    with pytest.raises(ValueError, match=rf"`{re.escape(str(path))}` is not a readable Parquet file"):
+        ParquetDataSource(path)
+
+
+def test_a_changed_bit_in_the_footer_never_loses_or_adds_rows(tmp_path: Path) -> None:
+    # Parquet's footer has no checksum: a changed column name or type can pass
+    # (see ParquetDataSource), but a changed row count cannot: it is checked
+    # against the row groups, and each row group against its pages.
+    whole, rows = written_with_checksums(tmp_path / "good.parquet", "snappy")
+    footer = len(whole) - 8 - int.from_bytes(whole[-8:-4], "little")
+    path, errors = tmp_path / "damaged.parquet", 0
+    for offset in random.Random(1).sample(range(footer, len(whole)), 500):
+        damaged = bytearray(whole)
+        damaged[offset] ^= 1 << (offset % 8)
+        path.write_bytes(damaged)
+        got = read_all_or_error(path)
+        if isinstance(got, str):
+            assert f"`{path}`" in got, got
+            errors += 1
+        else:
+            assert len(got) == len(rows), offset
+    assert errors > 100
+
+
+def test_verify_checksums_must_be_a_bool(files: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    with pytest.raises(TypeError, match="`verify_checksums` must be a bool, got 1"):
+        ParquetDataSource(files[0], verify_checksums=1)

@@ -145,14 +145,23 @@ def test_state_is_small_json_whatever_the_dataset_size() -> None:
 @pytest.mark.parametrize(
     ("other", "part"),
     [
-        (lambda: DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=2)), "sampler"),
         (
-            lambda: DataLoader(data_source=RangeDataSource(0, 30), sampler=IndexSampler(20, seed=1)),
+            lambda: DataLoader(
+                data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=2, num_epochs=1)
+            ),
+            "sampler",
+        ),
+        (
+            lambda: DataLoader(
+                data_source=RangeDataSource(0, 30), sampler=IndexSampler(20, seed=1, num_epochs=1)
+            ),
             "data_source",
         ),
         (
             lambda: DataLoader(
-                data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1), operations=[Batch(2)]
+                data_source=RangeDataSource(0, 20),
+                sampler=IndexSampler(20, seed=1, num_epochs=1),
+                operations=[Batch(2)],
             ),
             "operations",
         ),
@@ -160,7 +169,7 @@ def test_state_is_small_json_whatever_the_dataset_size() -> None:
     ids=["other-sampler", "other-source", "other-operations"],
 )
 def test_state_from_another_pipeline_is_rejected(other: Any, part: str) -> None:
-    loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1))
+    loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=IndexSampler(20, seed=1, num_epochs=1))
     state = iter(loader).get_state()
     with pytest.raises(ValueError, match=part):
         iter(other()).set_state(state)
@@ -286,11 +295,31 @@ SAVED_BEFORE_THE_LAYOUT = [
 @pytest.mark.parametrize(
     ("name", "delivered", "saved"), SAVED_BEFORE_THE_LAYOUT, ids=[s[0] for s in SAVED_BEFORE_THE_LAYOUT]
 )
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_state_saved_before_the_layout_change_restores(
-    name: str, delivered: int, saved: str, workers: int
+def test_a_shuffled_state_saved_before_grains_shuffle_is_refused(
+    name: str, delivered: int, saved: str
 ) -> None:
+    # Those states name positions of aioloader's old shuffle: resuming them
+    # under Grain's would repeat some records and skip others.
     case = next(case for case in CASES if case.name == name)
-    with iter(case.loader(workers)) as iterator:
+    with iter(case.loader(0)) as iterator, pytest.raises(ValueError, match="version 1"):
         iterator.set_state(json.loads(saved))
-        assert_same_outputs(list(iterator), expected(case)[delivered:])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_version_1_state_of_an_unshuffled_sampler_restores(workers: int) -> None:
+    def loader() -> DataLoader:
+        return DataLoader(
+            data_source=RangeDataSource(0, 30),
+            sampler=IndexSampler(30, num_epochs=2),
+            operations=[Batch(4)],
+            worker_count=workers,
+        )
+
+    with iter(loader()) as first:
+        wanted = [next(first) for _ in range(5)]
+        state = first.get_state()
+        wanted += list(first)
+    old = {**state, "version": 1}  # what the previous release wrote for this loader
+    with iter(loader()) as resumed:
+        resumed.set_state(old)
+        assert_same_outputs(list(resumed), wanted[5:])

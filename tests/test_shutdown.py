@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,82 @@ def test_context_manager_closes() -> None:
     assert aioloader_threads() == []
 
 
+class Gate:
+    """A source whose reads wait until the test opens the gate; `entered` is set by the first."""
+
+    def __init__(self) -> None:
+        self.entered, self.opened = threading.Event(), threading.Event()
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, key: int) -> int:
+        self.entered.set()
+        self.opened.wait()
+        return key
+
+
+def stack(thread: threading.Thread) -> list[str]:
+    """The names of the functions `thread` is in, outermost first."""
+    frame, names = sys._current_frames().get(thread.ident or -1), []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names[::-1]
+
+
+def blocked(thread: threading.Thread, inside: str) -> bool:
+    """Whether `thread` waits (on a lock, an event or a join) inside a call of `inside`, past
+    any thread start: read from its stack, so no sleep decides what happened first."""
+    names = stack(thread)
+    return inside in names and "start" not in names and names[-1] in {"wait", "_wait_for_tstate_lock"}
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def wait_until_blocked(thread: threading.Thread, inside: str) -> None:
+    wait_until(lambda: blocked(thread, inside), f"{thread.name} never blocked inside {inside}()")
+
+
+def closer_done_or_joining(closer: threading.Thread) -> None:
+    """Until `closer` has returned, or waits to join a thread (one stuck in a read)."""
+    wait_until(lambda: not closer.is_alive() or blocked(closer, "join"), "close() blocked elsewhere")
+
+
 def test_close_before_the_first_batch() -> None:
     iterator = iter(busy_loader())
     iterator.close()
     assert aioloader_threads() == []
+
+
+@repeated
+def test_close_while_the_first_chunk_is_in_flight(repeat: int) -> None:
+    gate = Gate()
+    loader = DataLoader(
+        data_source=gate, sampler=IndexSampler(1000, num_epochs=1), operations=[Batch(4)], worker_count=2
+    )
+    iterator = iter(loader)
+    consumer = threading.Thread(target=lambda: next(iterator, None), name="consumer")
+    closer = threading.Thread(target=iterator.close, name="closer")
+    try:
+        consumer.start()
+        assert gate.entered.wait(30), "the first read never started"
+        wait_until_blocked(consumer, "next")  # waiting for the first batch, its chunk stuck in a read
+        closer.start()  # from another thread, while the first chunk is in flight
+        closer_done_or_joining(closer)  # close() has stopped the pipeline: the read still waits
+        assert gate.opened.is_set() is False
+    finally:
+        gate.opened.set()
+    closer.join(2.0)
+    consumer.join(2.0)
+    assert not closer.is_alive(), "close() hangs"
+    assert not consumer.is_alive(), "the pending next() hangs"
+    assert_all_joined()  # the thread that was reading too, now that its read returned
 
 
 @repeated
@@ -132,7 +205,10 @@ async def _double(element: Any) -> Any:
 
 def test_an_event_loop_thread_runs_only_for_async_segments() -> None:
     loader = DataLoader(
-        data_source=RangeDataSource(0, 100), sampler=IndexSampler(100), operations=[_double], worker_count=1
+        data_source=RangeDataSource(0, 100),
+        sampler=IndexSampler(100, num_epochs=1),
+        operations=[_double],
+        worker_count=1,
     )
     with iter(loader) as iterator:
         assert next(iterator) == 0
@@ -233,7 +309,7 @@ def test_a_thread_other_than_the_main_one_can_iterate() -> None:
 def busy_loader_finite() -> DataLoader:
     return DataLoader(
         data_source=RangeDataSource(0, 50),
-        sampler=IndexSampler(50),
+        sampler=IndexSampler(50, num_epochs=1),
         operations=[Slow(), Batch(8)],
         worker_count=2,
     )

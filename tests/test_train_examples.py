@@ -1,36 +1,50 @@
-"""The examples run, train, checkpoint and resume (examples/train.py is also tested by test_kill_resume)."""
+"""The async training example trains next to other tasks, and a run of it cut in two gives,
+step by step, the batches and losses of an uninterrupted run (of train.py: both examples
+train alike). On every build: orbax checkpoints where orbax installs, numpy ones elsewhere.
+examples/train.py itself is tested by test_kill_resume."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytest.importorskip(
-    "orbax.checkpoint", reason="needs orbax-checkpoint, the `orbax` extra (it has no free-threaded wheels)"
-)
+from tests.conftest import FREE_THREADED
+from tests.support.training import STEPS, job, read_log, run_to_end
 
-REPO = Path(__file__).resolve().parent.parent
+CUT = 20
 
 
-def run_example(name: str, *flags: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, str(REPO / "examples" / name), *flags]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+def heartbeats(output: str) -> int:
+    found = re.search(r"event loop: (\d+) heartbeats", output)
+    assert found, output
+    return int(found.group(1))
 
 
 @pytest.mark.slow
-def test_train_async_trains_next_to_other_tasks_and_resumes(tmp_path: Path) -> None:
-    flags = ["--workdir", str(tmp_path), "--checkpoint-every", "10", "--log-every", "10"]
-    first = run_example("train_async.py", "--steps", "20", *flags)
-    assert "starting from step 0, training to step 20" in first
-    assert "step     20  loss" in first
-    assert "event loop:" in first
-    second = run_example("train_async.py", "--steps", "30", *flags)
-    assert "resumed at step 20, training to step 30" in second
-    assert "step     30  loss" in second
+@pytest.mark.timeout(900)  # jobs that each start JAX: minutes on a busy machine
+def test_train_async_trains_next_to_other_tasks_and_resumes_exactly(
+    tmp_path: Path, uninterrupted_training: dict[int, dict[str, Any]]
+) -> None:
+    log, workdir = tmp_path / "cut.jsonl", tmp_path / "run"
+    first = run_to_end(
+        [*job(log, workdir, "--async", every=10), "--steps", str(CUT)]
+    )  # the last --steps wins
+    second = run_to_end(job(log, workdir, "--async", every=10))
+
+    assert f"starting from step 0, training to step {CUT}" in first
+    assert f"resumed at step {CUT}, training to step {STEPS}" in second
+    for output in (first, second):
+        assert heartbeats(output) > 0, output  # the loop ran other tasks while the model trained
+        assert "steps/s over" in output
+    if FREE_THREADED and os.environ.get("PYTHON_GIL") == "0":
+        assert "free-threaded, GIL off" in first
+    resumed = read_log(log)
+    assert [line["step"] for line in resumed] == list(range(1, STEPS + 1))
+    for line in resumed:
+        assert line == uninterrupted_training[line["step"]], (
+            f"step {line['step']} differs from the uninterrupted run"
+        )

@@ -1,6 +1,7 @@
 """The `./dev` commands: one line each for the main job, the tests and the benchmarks.
 
-./dev train          set up, then train the example model fed by aioloader
+./dev train [--gil]  set up, then train the example model fed by aioloader, on the
+                     free-threaded build with the GIL off (--gil: on the GIL build)
 ./dev test [ARGS]    set up, then lint, type-check and run pytest on every
                      interpreter session: 3.11, 3.13t, and pyenv's 3.13 for the
                      subinterpreters (ARGS go to each pytest run)
@@ -31,9 +32,9 @@ def gil_spec() -> EnvSpec:
 
 
 def ft_spec() -> EnvSpec:
-    """A free-threaded CPython, with the extras that have free-threaded wheels."""
-    extras = ("jax", "parquet", "zstd", "arrayrecord-builtin", "s3", "progress", "metrics", "dev", "bench")
-    return EnvSpec("ft", free_threaded_python(), extras, binary_only=True)
+    """A free-threaded CPython, with what the README tells a free-threaded user to install
+    (the `free-threaded` extra: orbax too from 3.14t on) and the test tools."""
+    return EnvSpec("ft", free_threaded_python(), ("free-threaded", "dev", "bench"), binary_only=True)
 
 
 def gil313_spec() -> EnvSpec:
@@ -74,13 +75,28 @@ def test(pytest_args: Sequence[str]) -> int:
         lambda: run(ft, ["-m", "pytest", *pytest_args], PYTHON_GIL="0", AIOLOADER_GIL_PYTHON=str(gil)),
     )
     gil313 = ensure_env(gil313_spec(), REPO)
+    # The slow tests (the training examples, minutes each) run in the two sessions
+    # above; this one is for the subinterpreters. A `-m` in ARGS comes later and wins.
     step(
         "pytest (CPython 3.13, GIL: subinterpreters)",
-        lambda: run(gil313, ["-m", "pytest", *pytest_args], AIOLOADER_GIL_PYTHON=str(gil)),
+        lambda: run(gil313, ["-m", "pytest", "-m", "not slow", *pytest_args], AIOLOADER_GIL_PYTHON=str(gil)),
     )
     for name, seconds, code in timings:
         say(f"{'ok  ' if code == 0 else 'FAIL'} {name} ({seconds:.0f} s)")
     return 0 if all(code == 0 for _, _, code in timings) else 1
+
+
+def train(args: Sequence[str]) -> int:
+    """The main job, examples/train.py: on the free-threaded build with the GIL off, what
+    aioloader is made for; with `--gil`, on the GIL build. Each build has its own
+    checkpoints folder (runs/train-free-threaded, runs/train-gil) unless --workdir says."""
+    gil = "--gil" in args
+    args = [arg for arg in args if arg != "--gil"]
+    if not any(arg.startswith("--workdir") for arg in args):
+        args += ["--workdir", f"runs/train-{'gil' if gil else 'free-threaded'}"]
+    if gil:
+        return run(ensure_env(gil_spec(), REPO), ["examples/train.py", *args])
+    return run(ensure_env(ft_spec(), REPO), ["examples/train.py", *args], PYTHON_GIL="0")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -90,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
         if command == "test":
             return test(rest)
         if command == "train":
-            return run(ensure_env(gil_spec(), REPO), ["examples/train.py", *rest])
+            return train(rest)
         if command == "bench":
             gil, ft = ensure_env(gil_spec(), REPO), ensure_env(ft_spec(), REPO)
             return run(gil, ["-m", "benchmarks", "--python-gil", str(gil), "--python-ft", str(ft), *rest])

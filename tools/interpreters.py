@@ -6,11 +6,15 @@ The search order is cheapest first:
 1. a free-threaded interpreter already on PATH;
 2. one this script built or installed before, under the cache folder;
 3. `uv python install 3.14t` (the normal route on a machine with internet);
-4. CPython 3.13 built from Debian's `python3.13` source package with
-   `./configure --disable-gil`, installed into the cache folder.
+4. CPython built from Debian's source package with `./configure --disable-gil`,
+   installed into the cache folder: `python3.14` first, else `python3.13`
+   (a package the archive lists but does not serve costs one line and a
+   second or two).
 
 Step 4 derives the archive address from the machine's own apt configuration,
-so nothing here names a package registry.
+so nothing here names a package registry. A 3.14 build needs libzstd's
+headers for `compression.zstd`: they are installed with apt-get when
+missing, and a build without them says so.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from pathlib import Path
 from tools.log import say
 
 DEBIAN_SUITE = "forky"
-DEBIAN_SOURCE_PACKAGE = "python3.13"
+DEBIAN_SOURCE_PACKAGES = ("python3.14", "python3.13")  # newest first
+ZSTD_HEADER = Path("/usr/include/zstd.h")
 CANDIDATE_NAMES = ("python3.14t", "python3.13t")
 COMPLETE_MARKER = ".aioloader-build-complete"
 
@@ -129,17 +134,21 @@ def _from_uv() -> Path | None:
 
 
 def _from_debian_source() -> Path | None:
-    prefix = cache_root() / "python3.13t"
     for tool in ("apt-get", "make", "gcc"):
         if shutil.which(tool) is None:
-            raise ToolchainError(f"building CPython 3.13t needs `{tool}`, which is not installed")
+            raise ToolchainError(f"building a free-threaded CPython needs `{tool}`, which is not installed")
     with tempfile.TemporaryDirectory(prefix="aioloader-cpython-") as tmp:
-        tarball = _download_debian_source(Path(tmp))
+        version, tarball = _download_debian_source(Path(tmp))
+        if version >= (3, 14):
+            _ensure_zstd_headers()
         source = _unpack(tarball, Path(tmp))
-        _build(source, prefix)
-    python = prefix / "bin" / "python3.13t"
+        name = f"python{version[0]}.{version[1]}t"
+        _build(source, cache_root() / name)
+    python = cache_root() / name / "bin" / name
     if not is_free_threaded(python):
         raise ToolchainError(f"built {python}, but it does not report a free-threaded build")
+    if version >= (3, 14):
+        _check_zstd_module(python)
     return python
 
 
@@ -163,9 +172,10 @@ def _uris_in(text: str) -> list[str]:
     return [u for line in deb822 for u in line.split()] + one_line
 
 
-def _download_debian_source(tmp: Path) -> Path:
+def _download_debian_source(tmp: Path) -> tuple[tuple[int, int], Path]:
+    """The version and upstream tarball of the newest of DEBIAN_SOURCE_PACKAGES the archive serves."""
     uri = debian_archive_uri()
-    say(f"downloading Debian's {DEBIAN_SOURCE_PACKAGE} source package ({DEBIAN_SUITE}) from {uri}")
+    say(f"downloading the index of Debian's source packages ({DEBIAN_SUITE}) from {uri}")
     (tmp / "lists" / "partial").mkdir(parents=True)
     sources = tmp / "sources.list"
     sources.write_text(f"deb-src {uri} {DEBIAN_SUITE} main\n")
@@ -175,12 +185,50 @@ def _download_debian_source(tmp: Path) -> Path:
         f"-oDir::State::Lists={tmp / 'lists'}", f"-oDir::Cache={tmp / 'cache'}",
         "-oAPT::Sandbox::User=root",
     ]  # fmt: skip
-    subprocess.run([*apt, "update"], check=True, cwd=tmp)
-    subprocess.run([*apt, "source", "--download-only", DEBIAN_SOURCE_PACKAGE], check=True, cwd=tmp)
-    tarballs = sorted(tmp.glob(f"{DEBIAN_SOURCE_PACKAGE}_*.orig.tar.*"))
-    if not tarballs:
-        raise ToolchainError(f"`apt-get source` gave no upstream tarball for {DEBIAN_SOURCE_PACKAGE}")
-    return tarballs[-1]
+    subprocess.run([*apt, "update"], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+    for package in DEBIAN_SOURCE_PACKAGES:
+        tarball = _download_source_package(apt, package, tmp)
+        if tarball is not None:
+            major, minor = package.removeprefix("python").split(".")
+            return (int(major), int(minor)), tarball
+    raise ToolchainError(f"Debian's archive at {uri} serves none of {', '.join(DEBIAN_SOURCE_PACKAGES)}")
+
+
+def _download_source_package(apt: list[str], package: str, tmp: Path) -> Path | None:
+    """`package`'s upstream tarball, or None after one line saying why it is not there."""
+    done = subprocess.run(
+        [*apt, "source", "--download-only", package], cwd=tmp, capture_output=True, text=True
+    )
+    tarballs = sorted(tmp.glob(f"{package}_*.orig.tar.*"))
+    if done.returncode == 0 and tarballs:
+        say(f"downloaded Debian's {package} source package: {tarballs[-1].name}")
+        return tarballs[-1]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("E:")] or ["no upstream tarball"]
+    reason = "404 Not Found" if "404" in done.stderr else errors[0].removeprefix("E:").strip()
+    say(f"Debian's {package} source package is not available here ({reason}); trying the next one")
+    return None
+
+
+def _ensure_zstd_headers() -> None:
+    """Install libzstd-dev for `compression.zstd` (new in 3.14) when its header is missing."""
+    if ZSTD_HEADER.exists():
+        return
+    say("installing libzstd-dev (apt-get), which CPython 3.14 needs for compression.zstd")
+    for command in (["apt-get", "-q", "update"], ["apt-get", "-q", "-y", "install", "libzstd-dev"]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            say(
+                f"MISSING libzstd-dev: `{' '.join(command)}` failed ({done.stderr.strip()[-200:]}); "
+                "CPython 3.14 will build without compression.zstd, so zstd-compressed ArrayRecord "
+                "files cannot be read on it. Install libzstd-dev and delete the build to redo it."
+            )
+            return
+
+
+def _check_zstd_module(python: Path) -> None:
+    done = subprocess.run([str(python), "-c", "import compression.zstd"], capture_output=True)
+    if done.returncode != 0:
+        say(f"MISSING compression.zstd in {python} (was libzstd-dev installed when it was built?)")
 
 
 def _unpack(tarball: Path, into: Path) -> Path:

@@ -22,7 +22,7 @@ class Failure:
     error: BaseException
 
     @classmethod
-    def at_record(cls, error: BaseException, what: str, index: int, key: int) -> Failure:
+    def at_record(cls, error: BaseException, what: str, index: int, key: int | None) -> Failure:
         """An error of `what` (a read, or an operation's label) on one record."""
         error = stray_stop(error, what)
         error.add_note(f"aioloader: {what} failed on the record with index={index}, record_key={key}")

@@ -12,7 +12,11 @@ from typing import Any
 
 from aioloader._common.positions import Position
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+# Version 1 states were written before the samplers took Grain's shuffle and
+# sharding: their positions still name the same records only for a sampler
+# that neither shuffles nor shards, and only such states are accepted.
+_OLD_VERSION = 1
 _POSITION_FIELDS = ("index", "skip_elements", "skip_outputs")
 
 
@@ -31,13 +35,15 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
     Raises ValueError naming what differs (sampler, data source, operations)
     or what is malformed.
     """
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+    if not isinstance(state, dict) or state.get("version") not in (STATE_VERSION, _OLD_VERSION):
         raise ValueError(
             f"`state` must be a dict made by get_state() (version {STATE_VERSION}), got {state!r:.200}."
         )
     theirs = state.get("pipeline")
     if not isinstance(theirs, dict):
         raise ValueError("`state` has no 'pipeline' description; it was not made by get_state().")
+    if state["version"] == _OLD_VERSION:
+        _check_old_order(theirs.get("sampler"))
     for part in ("sampler", "data_source", "operations"):
         if theirs.get(part) != pipeline[part]:
             raise ValueError(
@@ -52,6 +58,16 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"`state['position']['{name}']` must be an int >= 0, got {value!r}.")
     return (values[0], values[1], values[2])  # type: ignore[return-value]
+
+
+def _check_old_order(sampler: Any) -> None:
+    """A version-1 state resumes only where its positions still name the same records."""
+    if not isinstance(sampler, dict) or sampler.get("shuffle") or sampler.get("shard", [0, 1])[1] != 1:
+        raise ValueError(
+            "`state` was saved (version 1) before aioloader's samplers took Grain's shuffle and "
+            f"sharding, by a sampler that shuffles or shards ({sampler!r}); its positions name other "
+            "records now, so it cannot be resumed without repeating or skipping records."
+        )
 
 
 def check_position(position: Position, pipeline: dict[str, Any], length: int | None) -> None:

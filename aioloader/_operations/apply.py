@@ -53,7 +53,7 @@ class Run(abc.ABC):
         return list(range(len(self.items))) if self.origins is None else self.origins
 
     @abc.abstractmethod
-    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+    def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         """The generator that random operations use for the elements of `origin`."""
 
     @abc.abstractmethod
@@ -95,7 +95,7 @@ class Run(abc.ABC):
             del self.origins[j:]
 
 
-def apply(op: Op, run: Run, seed: int, shutdown: Shutdown = NEVER) -> None:
+def apply(op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER) -> None:
     """Apply one synchronous operation to every element of `run`, in order.
 
     Raises `Stopped` between two elements once `shutdown` is set.

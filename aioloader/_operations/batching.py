@@ -1,8 +1,14 @@
 """Batching: stacking elements leaf by leaf, and the runs of batches the workers make.
 
-Default batching follows Grain: elements that are dicts, tuples (named or
-not) or lists of numpy arrays and scalars become one structure of the same
-shape whose leaves are the stacked leaves. `Batch(batch_fn=...)` replaces it.
+Default batching follows Grain (and `jax.tree_util`): elements that are
+dicts, tuples (named or not) or lists of numpy arrays and scalars become one
+structure of the same shape whose leaves are the stacked leaves. Dicts are
+matched by key, whatever order their keys come in, and the batch's keys are
+sorted, as `jax.tree_util` orders them. Leaves that are `str` or `bytes`
+become a 1-D numpy array of dtype `object` holding the very objects: numpy's
+`U`/`S` arrays would strip trailing NUL characters and bytes. Elements of
+different structure are a ValueError, the type Grain raises.
+`Batch(batch_fn=...)` replaces all this.
 """
 
 from __future__ import annotations
@@ -17,18 +23,14 @@ from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
-from aioloader._sampling.metadata import record_rng
+from aioloader._sampling.metadata import make_rng
 
 
 def stack(elements: Sequence[Any], path: str = "element") -> Any:
     """Stack `elements` leaf by leaf into one batch (numpy arrays at the leaves)."""
     first = elements[0]
     if isinstance(first, dict):
-        keys = list(first)
-        for i, element in enumerate(elements):
-            if not isinstance(element, dict) or list(element) != keys:
-                raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
-        return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+        return _stack_dicts(elements, path)
     if isinstance(first, (tuple, list)):
         for i, element in enumerate(elements):
             if type(element) is not type(first) or len(element) != len(first):
@@ -39,6 +41,32 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
         if isinstance(first, list):
             return leaves
         return type(first)(*leaves) if hasattr(first, "_fields") else tuple(leaves)
+    return _stack_leaves(elements, path)
+
+
+def _stack_dicts(elements: Sequence[Any], path: str) -> dict[Any, Any]:
+    """Dicts matched by key (in any order); the batch has the keys sorted, as in JAX."""
+    keys = _sorted_keys(elements[0])
+    wanted = set(keys)
+    for i, element in enumerate(elements):
+        if not isinstance(element, dict) or element.keys() != wanted:
+            raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
+    return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+
+
+def _sorted_keys(mapping: dict[Any, Any]) -> list[Any]:
+    try:
+        return sorted(mapping)
+    except TypeError:  # keys of several types: keep the first element's order
+        return list(mapping)
+
+
+def _stack_leaves(elements: Sequence[Any], path: str) -> np.ndarray:
+    if any(isinstance(e, (str, bytes)) for e in elements):
+        exact = np.empty(len(elements), dtype=object)
+        for i, element in enumerate(elements):  # one by one: numpy converts nothing
+            exact[i] = element
+        return exact
     try:
         return np.stack([np.asarray(e) for e in elements])
     except ValueError as error:
@@ -71,9 +99,9 @@ class BatchPlan:
     """Batches to form: `groups[b]` are the elements of batch `b`.
 
     `before[b]` is the position of its first element and `after[b]` the
-    position just after its last; `first[b]`/`last[b]` its first and last
-    record index, and `last_rng[b]` the last record's generator if one was
-    made (a batch uses its last record's generator, as in Grain).
+    position just after its last; `first[b]`/`last[b]` the global index of
+    its first and last record, and `last_rng[b]` the last record's generator
+    if one was made (a batch uses its last record's generator, as in Grain).
     """
 
     groups: list[list[Any]]
@@ -125,10 +153,10 @@ class BatchRun(Run):
                 self.failure = self.blame(b, error, "Batch" if batch.batch_fn is None else "Batch.batch_fn")
                 break
 
-    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+    def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         rng = self.plan.last_rng[origin]
         if rng is None:
-            rng = self.plan.last_rng[origin] = record_rng(seed, self.plan.last[origin])
+            rng = self.plan.last_rng[origin] = make_rng(seed, self.plan.last[origin])
         return rng
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:

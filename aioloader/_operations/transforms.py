@@ -63,8 +63,12 @@ class Batch:
     """Groups consecutive elements into batches of `batch_size`.
 
     By default the elements' leaves (through dicts, tuples and lists) are
-    stacked with numpy; `batch_fn(list_of_elements)` replaces that. The last
-    batch is smaller unless `drop_remainder=True` drops it.
+    stacked with numpy, as in Grain; dicts are matched by key in any order
+    and batched with sorted keys, as `jax.tree_util` does. `str` and `bytes`
+    leaves become 1-D numpy arrays of dtype `object` holding the very
+    objects, since `S`/`U` arrays strip trailing NULs. Elements of different
+    structure are a ValueError. `batch_fn(list_of_elements)` replaces all
+    this. The last batch is smaller unless `drop_remainder=True` drops it.
     """
 
     batch_size: int

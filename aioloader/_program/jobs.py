@@ -22,7 +22,7 @@ from aioloader._operations.batching import BatchPlan
 
 @dataclass(slots=True)
 class ChunkJob:
-    """Stage-1 work: `count` sampler indices from `start`.
+    """Stage-1 work: `count` walk positions from `start`.
 
     `skip` and `skip_outputs` are non-zero only for the first job after a
     resume inside a record's or a batch's outputs.
@@ -50,7 +50,7 @@ class Elements:
     items: list[Any]
     before: list[Position]
     after: list[Position]
-    indices: list[int]
+    indices: list[int]  # the global index of each element's record
     rngs: list[np.random.Generator | None]
     failure: Failure | None
 

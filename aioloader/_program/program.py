@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioloader._common.calls import Shutdown
+from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
     positions_after_elements,
@@ -44,7 +45,7 @@ from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, WholeRecords, aread, read
 from aioloader._program.steps import Step, StepCall
-from aioloader._sampling.sampler import IndexSampler
+from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import is_async_source
 
 
@@ -77,7 +78,7 @@ class Segment:
 
 
 class Program:
-    """The source, sampler and operations, and the segments of each stage (`segments[stage]`).
+    """The source, the sampler's walk, the operations, and each stage's segments (`segments[stage]`).
 
     `read_threads` bounds the reads and `async def` maps awaited at once;
     `read_pool`, given with worker threads, reads slow sources concurrently
@@ -90,7 +91,7 @@ class Program:
     def __init__(
         self,
         source: Any,
-        sampler: IndexSampler,
+        sampler: Walk,
         operations: Operations,
         read_threads: int,
         read_pool: ReadPool | None = None,
@@ -105,15 +106,14 @@ class Program:
         self.shutdown = Shutdown()
 
     def for_worker(self) -> Program:
-        """A copy for one worker: its own operations and sampler, the same source.
+        """A copy for one worker: its own operations, the same source and walk.
 
         The operations are deep-copied so that each thread owns the state its
-        transforms hold; the source is shared (sources are thread-safe, and
-        may be large).
+        transforms hold; the source and the walk are shared (both are
+        thread-safe, and a source may be large).
         """
         clone = copy.copy(self)
         clone.operations = self.operations.for_worker()
-        clone.sampler = copy.deepcopy(self.sampler)
         return clone
 
     def run_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
@@ -136,8 +136,13 @@ class Program:
     # Synchronous steps: (arg, payload) -> payload (see `_SYNC_STEPS`).
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
-        keys = self.sampler.record_keys(job.start, job.start + job.count)
-        return RecordChunk(job.start, keys, job.skip, job.skip_outputs)
+        walked = self.sampler.walk(job.start, job.start + job.count)
+        chunk = RecordChunk(job.start, walked.keys, walked.indices, job.skip, job.skip_outputs)
+        chunk.rngs = walked.rngs
+        if walked.error is not None:  # a foreign sampler failed: its records so far come first
+            index = walked.indices[len(walked.keys)]
+            chunk.failure = Failure.at_record(walked.error, f"sampler[{index}]", index, None)
+        return chunk
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
         pool = self.read_pool  # see `_read_pool`
@@ -178,7 +183,7 @@ class Program:
             chunk.items,
             positions_before_elements(chunk.start, origins, chunk.skip),
             positions_after_elements(chunk.start, origins, chunk.skip),
-            [chunk.start + o for o in origins],
+            [chunk.indices[o] for o in origins],
             rngs,
             chunk.failure,
         )

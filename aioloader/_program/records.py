@@ -1,4 +1,4 @@
-"""The per-record stage: a chunk of consecutive sampler indices, read and transformed."""
+"""The per-record stage: a chunk of consecutive walk positions, read and transformed."""
 
 from __future__ import annotations
 
@@ -12,35 +12,40 @@ from aioloader._common.calls import NEVER, Shutdown, calls, checked
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
-from aioloader._sampling.metadata import record_rng
+from aioloader._sampling.metadata import make_rng
 
 
 class RecordChunk(Run):
-    """Sampler indices `[start, start + len(keys))`, then the elements made from them.
+    """Walk positions `[start, start + len(keys))`, then the elements made from them.
 
-    `skip` elements of the first record are dropped after the operations (a
-    checkpoint taken inside a flat-map's output), and `skip_outputs` outputs
-    of its first batch. `rngs` holds each record's generator once a random
-    operation asked for it.
+    `indices[j]` is the global index of position `start + j` (what the
+    sampler, error messages and generators see). `skip` elements of the
+    first record are dropped after the operations (a checkpoint taken inside
+    a flat-map's output), and `skip_outputs` outputs of its first batch.
+    `rngs` holds each record's generator once a random operation asked for
+    it, or from the start when a foreign sampler's metadata carried them.
     """
 
-    __slots__ = ("keys", "rngs", "skip", "skip_outputs", "start")
+    __slots__ = ("indices", "keys", "rngs", "skip", "skip_outputs", "start")
 
-    def __init__(self, start: int, keys: list[int], skip: int = 0, skip_outputs: int = 0) -> None:
+    def __init__(
+        self, start: int, keys: list[int], indices: Sequence[int], skip: int = 0, skip_outputs: int = 0
+    ) -> None:
         super().__init__([])
-        self.start, self.keys, self.skip, self.skip_outputs = start, keys, skip, skip_outputs
+        self.start, self.keys, self.indices = start, keys, indices
+        self.skip, self.skip_outputs = skip, skip_outputs
         self.rngs: list[np.random.Generator | None] | None = None
 
-    def rng_of(self, origin: int, seed: int) -> np.random.Generator:
+    def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
         if self.rngs is None:
             self.rngs = [None] * len(self.keys)
         rng = self.rngs[origin]
         if rng is None:
-            rng = self.rngs[origin] = record_rng(seed, self.start + origin)
+            rng = self.rngs[origin] = make_rng(seed, self.indices[origin])
         return rng
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
-        return Failure.at_record(error, what, self.start + origin, self.keys[origin])
+        return Failure.at_record(error, what, self.indices[origin], self.keys[origin])
 
 
 class WholeRecords:
@@ -49,10 +54,10 @@ class WholeRecords:
     A fused chunk is one: its operations before `Batch` are one-to-one.
     """
 
-    __slots__ = ("_rngs", "_start")
+    __slots__ = ("_indices", "_rngs", "_start")
 
     def __init__(self, chunk: RecordChunk) -> None:
-        self._start, self._rngs = chunk.start, chunk.rngs
+        self._start, self._indices, self._rngs = chunk.start, chunk.indices, chunk.rngs
 
     def position_before(self, j: int) -> Position:
         return (self._start + j, 0, 0)
@@ -61,7 +66,7 @@ class WholeRecords:
         return (self._start + j + 1, 0, 0)
 
     def record_index(self, j: int) -> int:
-        return self._start + j
+        return self._indices[j]
 
     def record_rng(self, j: int) -> np.random.Generator | None:
         return None if self._rngs is None else self._rngs[j]

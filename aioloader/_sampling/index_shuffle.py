@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:  # not at run time: NumPy may be a stand-in there (in a subinterpreter)
+    from numpy.typing import ArrayLike
 
 MIN_BLOCK_BITS = 16
 _U32 = 0xFFFFFFFF
 _KEPT = 4  # permutations (and keys) kept: a sampler moves through epochs in order
 _FEW = 16  # below this many positions, plain ints beat numpy's fixed cost per call
-_Word = TypeVar("_Word", int, np.ndarray)
+_Word = TypeVar("_Word", int, "np.ndarray")  # a string: NumPy may be a stand-in (subinterpreters)
 
 
 def index_shuffle(index: int, max_index: int, seed: int, rounds: int = 4) -> int:

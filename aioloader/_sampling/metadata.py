@@ -6,36 +6,51 @@ import numpy as np
 
 
 def record_rng(seed: int, index: int) -> np.random.Generator:
-    """The generator for the record at `index`: Philox keyed on `seed + index`.
+    """The generator for the record at global `index`: Philox keyed on `seed + index`.
 
     It is a pure function of its arguments, so a random transform gives the
     same result whichever thread, process or interpreter runs it. The keying
-    is the one Grain uses, so random transforms match a Grain pipeline with
-    the same seed.
+    is Grain's, so random transforms match a Grain pipeline with the same
+    seed; global indices differ between shards, so no two records of any
+    shards share a generator.
     """
     return np.random.Generator(np.random.Philox(key=seed + index))
 
 
-class RecordMetadata:
-    """One position of the sampler's output.
+def make_rng(seed: int | None, index: int) -> np.random.Generator:
+    """`record_rng(seed, index)` for a random operation; a ValueError naming the record
+    when there is no seed (a foreign sampler that gave `rng=None`)."""
+    if seed is None:
+        raise ValueError(
+            f"a random operation needs the record's generator, but the sampler gave "
+            f"RecordMetadata(index={index}) rng=None; give the sampler a seed."
+        )
+    return record_rng(seed, index)
 
-    `index` is the global position in the output order (what
-    checkpoints count), `record_key` the key given to the data source, and `rng` a
-    generator that belongs to this record alone. When the sampler makes the
-    metadata, the generator is created on first access only, since most
-    pipelines never ask for it.
+
+class RecordMetadata:
+    """One position of the sampler's output, as Grain's `RecordMetadata`.
+
+    `index` is the global index (the sampler's argument; under sharding each
+    shard owns its own global indices), `record_key` the key given to the
+    data source, and `rng` a generator that belongs to this record alone, or
+    None when the sampler has no seed. When the sampler makes the metadata,
+    the generator is created on first access only, since most pipelines
+    never ask for it.
     """
 
     __slots__ = ("_rng", "_seed", "index", "record_key")
 
-    def __init__(self, index: int, record_key: int, rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self, index: int, record_key: int | None = None, rng: np.random.Generator | None = None
+    ) -> None:
         self.index = index
         self.record_key = record_key
         self._rng = rng
         self._seed: int | None = None
 
     @classmethod
-    def lazy(cls, index: int, record_key: int, seed: int) -> RecordMetadata:
+    def lazy(cls, index: int, record_key: int, seed: int | None) -> RecordMetadata:
         """Metadata whose `rng` is made from (`seed`, `index`) when first asked for."""
         metadata = cls(index, record_key)
         metadata._seed = seed
@@ -43,13 +58,16 @@ class RecordMetadata:
 
     @property
     def rng(self) -> np.random.Generator | None:
-        """This record's generator (None only when built without rng or seed)."""
+        """This record's generator (None when made without rng or seed)."""
         if self._rng is None and self._seed is not None:
             self._rng = record_rng(self._seed, self.index)
         return self._rng
 
     def __repr__(self) -> str:
-        return f"RecordMetadata(index={self.index}, record_key={self.record_key})"
+        return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={self.rng!r})"
+
+    def __str__(self) -> str:
+        return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={self.rng})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RecordMetadata):

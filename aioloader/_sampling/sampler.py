@@ -1,124 +1,71 @@
-"""Samplers: the stateless map from output position to record key.
+"""Samplers: the stateless map from a global index to a record key, equal to Grain's.
 
-`sampler[index]` costs O(1) time and memory for any index, with no
-permutation stored, so a sampler over a billion records is as cheap as one
-over ten, and resuming at any index needs nothing but the index.
+`sampler[index]` gives the `RecordMetadata` that Grain 0.2.18's sampler of
+the same arguments gives: the same `record_key`, and an `rng` keyed on
+`seed + index`. It costs O(1) time and memory for any index, with no
+permutation stored; `record_keys(start, stop, step)` computes many at once.
+
+How Grain numbers records, which these samplers follow:
+
+* `ShardOptions(i, n)` gives shard `i` a contiguous slice of `L` records
+  (`ShardOptions.bounds`). `IndexSampler` maps global index `g` to the
+  shard's `g // n`-th record: epoch `(g // n) // L`, position `(g // n) % L`
+  within it, shuffled with Grain's `index_shuffle` keyed on
+  `(seed + epoch) % 2**32` when `shuffle=True`, so every epoch is another
+  permutation of the shard. The loader of shard `i` reads global indices
+  `i, i + n, i + 2n, ...` (see `Walk`), which are the shard's records in order.
+* `SequentialSampler` maps `g` to record `g` whatever the sharding, so shard
+  `i` reads records `i, i + n, i + 2n, ...` (strided sharding).
+* A sampler holds `num_epochs * num_records` indices (fewer with
+  `drop_remainder=True`); `num_epochs=None` repeats forever, and `len()` is
+  then `sys.maxsize`, as in Grain.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
+import sys
 from typing import Any
 
 import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
+from aioloader._sampling.index_shuffle import index_shuffle_array
 from aioloader._sampling.metadata import RecordMetadata
-from aioloader._sampling.permutation import Permutation, splitmix64
 from aioloader._sampling.sharding import NoSharding, ShardOptions
 
-KEY_BLOCK = 8192  # shuffled keys are computed this many at a time
+_SEED_LIMIT = 2**32  # Grain: "Seed should be positive 32-bit integer."
 
 
-class IndexSampler:
-    """Record keys of this process's shard, shuffled anew every epoch if asked.
+class SamplerBase:
+    """What both samplers share: checks, `len()`, lookups by index, and their description."""
 
-    Global index `i` falls in epoch `i // shard_length` at position
-    `i % shard_length`; with `shuffle=True` the position goes through a keyed
-    bijection whose key depends on (`seed`, epoch), so every epoch is a
-    different permutation of the whole shard. `num_epochs=None` repeats
-    forever.
-    """
-
-    def __init__(
-        self,
-        num_records: int,
-        shard_options: ShardOptions | None = None,
-        shuffle: bool = False,
-        num_epochs: int | None = 1,
-        seed: int = 0,
-    ) -> None:
-        self.num_records = require_int("num_records", num_records, minimum=0)
-        shard_options = NoSharding() if shard_options is None else shard_options
-        if not isinstance(shard_options, ShardOptions):
-            raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
-        self.shard_options = shard_options
-        self.shuffle = require_bool("shuffle", shuffle)
-        self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
-        self.seed = require_int("seed", seed, minimum=0)
-        self._start, stop = shard_options.bounds(num_records)
-        self.shard_length = stop - self._start
-        if self.num_epochs is None and self.shard_length == 0:
-            raise ValueError(
-                f"`num_epochs=None` repeats forever, but shard {shard_options} holds no records."
-            )
-        self._permutations: dict[int, Permutation] = {}
-        self._cached_block: tuple[int, int, list[int]] = (-1, 0, [])  # (number, first index, keys)
-
-    @property
-    def length(self) -> int | None:
-        """How many indices the sampler yields; None when it repeats forever."""
-        return None if self.num_epochs is None else self.num_epochs * self.shard_length
+    num_records: int
+    shard_options: ShardOptions
+    seed: int | None
+    length: int | None  # how many global indices it holds; None: forever
 
     def __len__(self) -> int:
-        if self.length is None:
-            raise TypeError("an IndexSampler with `num_epochs=None` is infinite and has no len().")
-        return self.length
+        return sys.maxsize if self.length is None else self.length
 
     def __getitem__(self, index: int) -> RecordMetadata:
-        require_int("index", index, minimum=0)
-        if self.length is not None and index >= self.length:
-            raise IndexError(f"index {index} is out of range for a sampler of length {self.length}.")
-        key = self.record_keys(index, index + 1)[0]
-        return RecordMetadata.lazy(index, key, self.seed)
+        """The metadata of global `index`; IndexError outside `[0, len(self))`, as in Grain."""
+        index = operator.index(index)
+        return RecordMetadata.lazy(index, self.record_keys(index, index + 1)[0], self.seed)
 
-    def record_keys(self, start: int, stop: int) -> list[int]:
-        """The record keys of indices `[start, stop)`, computed together.
+    def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
+        """The record keys of the global indices `range(start, stop, step)`, computed together."""
+        raise NotImplementedError
 
-        Shuffled keys are computed a block of `KEY_BLOCK` indices at a time and
-        the last block is kept: numpy's fixed cost per call is then paid once
-        per block, not once per chunk. Memory stays one block, whatever the
-        dataset size.
-        """
-        if not self.shuffle:
-            return self._keys_between(start, stop)
-        keys: list[int] = []
-        while start < stop:
-            first, block = self._block(start // KEY_BLOCK)
-            keys += block[start - first : stop - first]
-            start = first + len(block)
-        return keys
-
-    def _block(self, number: int) -> tuple[int, list[int]]:
-        cached = self._cached_block
-        if cached[0] != number:
-            first = number * KEY_BLOCK
-            stop = first + KEY_BLOCK if self.length is None else min(first + KEY_BLOCK, self.length)
-            cached = self._cached_block = (number, first, self._keys_between(first, stop))
-        return cached[1], cached[2]
-
-    def _keys_between(self, start: int, stop: int) -> list[int]:
-        """Keys of `[start, stop)`: one range, or one vectorised permutation, per epoch."""
-        keys: list[int] = []
-        while start < stop:
-            epoch, first = divmod(start, self.shard_length)
-            count = min(stop - start, self.shard_length - first)
-            if self.shuffle:
-                positions = self._permutation(epoch)(np.arange(first, first + count, dtype=np.int64))
-                keys += (positions + self._start).tolist()
-            else:
-                keys += range(self._start + first, self._start + first + count)
-            start += count
-        return keys
-
-    def _permutation(self, epoch: int) -> Permutation:
-        found = self._permutations.get(epoch)
-        if found is None:
-            found = Permutation(self.shard_length, splitmix64(splitmix64(self.seed) ^ epoch))
-            # Chunks move forward through epochs; keeping the last two covers a
-            # chunk that spans an epoch boundary without growing forever.
-            self._permutations = {e: p for e, p in self._permutations.items() if e >= epoch - 1}
-            self._permutations[epoch] = found
-        return found
+    def _checked(self, start: int, stop: int, step: int) -> range:
+        """`range(start, stop, step)`, after checking that every index in it is in range."""
+        indices = range(start, stop, require_int("step", step, minimum=1))
+        if indices and (indices[0] < 0 or (self.length is not None and indices[-1] >= self.length)):
+            wrong = indices[0] if indices[0] < 0 else indices[-1]
+            bound = "forever" if self.length is None else f"{self.length}"
+            raise IndexError(f"`index` must be in [0, {bound}) for {self!r}, got {wrong}.")
+        return indices
 
     def describe(self) -> dict[str, Any]:
         """What identifies this sampler's output, for checkpoint states."""
@@ -127,26 +74,115 @@ class IndexSampler:
             "type": type(self).__name__,
             "num_records": self.num_records,
             "shard": [options.shard_index, options.shard_count, options.drop_remainder],
-            "shuffle": self.shuffle,
-            "num_epochs": self.num_epochs,
             "seed": self.seed,
         }
 
+
+class IndexSampler(SamplerBase):
+    """The records of this process's shard, shuffled anew every epoch if asked; Grain's sampler.
+
+    `num_epochs=None` repeats forever. `shuffle=True` needs a `seed` (a
+    non-negative 32-bit int), which also keys each record's generator; with
+    `seed=None` records have no generator (`rng=None`).
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions = NoSharding(),  # noqa: B008 - frozen, as Grain's default
+        shuffle: bool = False,
+        num_epochs: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.num_records = require_int("num_records", num_records, minimum=1)
+        self.shard_options = _check_shard_options(shard_options)
+        self.shuffle = require_bool("shuffle", shuffle)
+        self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
+        self.seed = _check_seed(seed, shuffle)
+        self._start, stop = shard_options.bounds(num_records)
+        self.shard_length = stop - self._start
+        self.length = self._length()
+
+    def _length(self) -> int | None:
+        if self.num_epochs is None:
+            return None
+        options = self.shard_options
+        if options.drop_remainder:  # Grain keeps only whole rounds of the shards
+            return self.num_epochs * self.shard_length * options.shard_count
+        return self.num_epochs * self.num_records
+
+    def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
+        indices = self._checked(start, stop, step)
+        if not indices:
+            return []
+        if self.shard_length == 0:
+            raise IndexError(f"{self.shard_options!r} holds none of the {self.num_records} records.")
+        sequence = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+        epochs, positions = np.divmod(sequence // self.shard_options.shard_count, self.shard_length)
+        if self.shuffle:
+            positions = self._shuffled(epochs, positions)
+        keys: list[int] = (positions + self._start).tolist()
+        return keys
+
+    def _shuffled(self, epochs: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Each epoch's positions through that epoch's permutation (`epochs` never decreases)."""
+        assert self.seed is not None
+        cuts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist(), len(epochs)]
+        for first, stop in itertools.pairwise(cuts):
+            seed = (self.seed + int(epochs[first])) % _SEED_LIMIT
+            positions[first:stop] = index_shuffle_array(positions[first:stop], self.shard_length - 1, seed)
+        return positions
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "shuffle": self.shuffle, "num_epochs": self.num_epochs}
+
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(num_records={self.num_records}, shard_options={self.shard_options}, "
+            f"IndexSampler(num_records={self.num_records}, shard_options={self.shard_options!r}, "
             f"shuffle={self.shuffle}, num_epochs={self.num_epochs}, seed={self.seed})"
         )
 
 
-class SequentialSampler(IndexSampler):
-    """Every record of the shard once, in order.
+class SequentialSampler(SamplerBase):
+    """Every record once, in order: global index `g` is record `g`; Grain's sampler.
 
-    `seed` (as in Grain) keys the generators that random transforms receive.
+    Under sharding the loader of shard `i` of `n` reads records `i, i + n, ...`
+    (with `drop_remainder=True`, only the first `num_records // n * n`).
+    `seed`, if given, keys each record's generator.
     """
 
-    def __init__(self, num_records: int, shard_options: ShardOptions | None = None, seed: int = 0) -> None:
-        super().__init__(num_records, shard_options, shuffle=False, num_epochs=1, seed=seed)
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions = NoSharding(),  # noqa: B008 - frozen, as Grain's default
+        seed: int | None = None,
+    ) -> None:
+        self.num_records = require_int("num_records", num_records, minimum=1)
+        self.shard_options = _check_shard_options(shard_options)
+        self.seed = None if seed is None else require_int("seed", seed, minimum=0)
+        count = self.shard_options.shard_count
+        self.length = num_records // count * count if self.shard_options.drop_remainder else num_records
+
+    def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
+        return list(self._checked(start, stop, step))
 
     def __repr__(self) -> str:
-        return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options})"
+        return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options!r})"
+
+
+def _check_shard_options(shard_options: Any) -> ShardOptions:
+    if not isinstance(shard_options, ShardOptions):
+        raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
+    return shard_options
+
+
+def _check_seed(seed: Any, shuffle: bool) -> int | None:
+    """Grain's rules: a seed is needed to shuffle, and is a non-negative 32-bit int."""
+    if seed is None:
+        if shuffle:
+            raise ValueError("`shuffle=True` needs a `seed` (a non-negative 32-bit int), got seed=None.")
+        return None
+    require_int("seed", seed)
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"`seed` must be a non-negative 32-bit int (0 <= seed < 2**32), got {seed}.")
+    return int(seed)

@@ -1,4 +1,4 @@
-"""Which contiguous slice of the records one process reads."""
+"""Which contiguous slice of the records one process reads; Grain's classes, with Grain's reprs."""
 
 from __future__ import annotations
 
@@ -44,9 +44,6 @@ class NoSharding(ShardOptions):
 
     def __init__(self) -> None:
         super().__init__(shard_index=0, shard_count=1, drop_remainder=False)
-
-    def __repr__(self) -> str:
-        return "NoSharding()"
 
 
 class ShardByJaxProcess(ShardOptions):

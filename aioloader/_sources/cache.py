@@ -50,18 +50,25 @@ class ByteBoundedCache(Generic[V]):
 
     def get(self, key: Hashable, make: Callable[[], V]) -> V:
         """The value for `key`, made by `make()` (outside the lock) on a miss."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-                self._hits += 1
-                return value
-            self._misses += 1
-        value = make()
-        self._keep(key, value)
+        value = self.lookup(key)
+        if value is None:
+            value = make()
+            self.put(key, value)
         return value
 
-    def _keep(self, key: Hashable, value: V) -> None:
+    def lookup(self, key: Hashable) -> V | None:
+        """The value kept for `key`, or None; counted as a hit or a miss."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is None:
+                self._misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self._hits += 1
+            return value
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Keep `value` for `key`, evicting the least recently used (a value over the bound is not kept)."""
         size = value.nbytes
         if size > self.max_bytes:
             return

@@ -7,6 +7,9 @@ concurrently; the real storage formats live in their own modules.
 
 from __future__ import annotations
 
+import secrets
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,25 +43,96 @@ class AsyncDataSource(Protocol):
     async def aget(self, key: int) -> Any: ...
 
 
-class InMemoryDataSource:
-    """A sequence held in memory; `source[key]` is `seq[key]`."""
+class _Elements:
+    """The elements that the InMemoryDataSources of one name share."""
 
-    def __init__(self, seq: Sequence[Any]) -> None:
-        if not isinstance(seq, Sequence) and not hasattr(seq, "__getitem__"):
-            raise TypeError(f"`seq` must be a sequence, got {type(seq).__name__}.")
-        self._seq = seq
+    __slots__ = ("__weakref__", "items")
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+
+# The elements of each name, while some source of that name holds them (weakly:
+# an InMemoryDataSource never keeps its elements alive on its own).
+_NAMED: weakref.WeakValueDictionary[str, _Elements] = weakref.WeakValueDictionary()
+_NAMED_LOCK = threading.Lock()
+
+
+class InMemoryDataSource:
+    """Elements held in memory; `source[key]` is `elements[key]`. Grain's `InMemoryDataSource`.
+
+    Grain keeps the elements in shared memory for its worker processes;
+    aioloader's workers are threads, so the elements are read where they are,
+    of any type and without a copy. The rest is Grain's: `name` (made up when
+    not given) names the elements, and `InMemoryDataSource(name=...)` without
+    elements attaches to those of a source of that name still open in this
+    process (FileNotFoundError if none; FileExistsError when making a second
+    one). `close()` ends this source's reads (then a ValueError); `unlink()`
+    removes the name, so no new source attaches, while the sources still open
+    keep reading, as with shared memory.
+    """
+
+    def __init__(self, elements: Sequence[Any] | None = None, *, name: str | None = None) -> None:
+        if (
+            elements is not None
+            and not isinstance(elements, Sequence)
+            and not hasattr(elements, "__getitem__")
+        ):
+            raise TypeError(f"`elements` must be a sequence, got {type(elements).__name__}.")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"`name` must be a str or None, got {name!r}.")
+        if elements is None and name is None:
+            raise ValueError("`elements` or `name` must be given, got neither.")
+        self.name = name if name is not None else f"psm_{secrets.token_hex(4)}"
+        self._elements: _Elements | None = _share(self.name, elements)
+
+    def _items(self) -> Sequence[Any]:
+        if self._elements is None:
+            raise ValueError(f"InMemoryDataSource {self.name!r} is closed.")
+        return self._elements.items
 
     def __len__(self) -> int:
-        return len(self._seq)
+        return len(self._items())
 
     def __getitem__(self, key: int) -> Any:
-        return self._seq[key]
+        return self._items()[key]
 
     def __getitems__(self, keys: Sequence[int]) -> list[Any]:
-        return list(map(self._seq.__getitem__, keys))
+        return list(map(self._items().__getitem__, keys))
+
+    def close(self) -> None:
+        """End this source's reads (idempotent); other sources of the name keep theirs."""
+        self._elements = None
+
+    def unlink(self) -> None:
+        """Remove the name: no new source can attach to these elements (FileNotFoundError
+        when the name is already gone, as for shared memory)."""
+        with _NAMED_LOCK:
+            if _NAMED.pop(self.name, None) is None:
+                raise FileNotFoundError(f"no InMemoryDataSource named {self.name!r} to unlink")
+
+    def __str__(self) -> str:
+        length = "closed" if self._elements is None else len(self._elements.items)
+        return f"InMemoryDataSource(name={self.name}, len={length})"
 
     def __repr__(self) -> str:
-        return f"InMemoryDataSource(<{type(self._seq).__name__} of {len(self._seq)}>)"
+        # Grain's repr (its class is SharedMemoryDataSource), elements included.
+        elements = "<closed>" if self._elements is None else repr(list(self._elements.items))
+        return f"SharedMemoryDataSource({elements}, name={self.name!r})"
+
+
+def _share(name: str, elements: Sequence[Any] | None) -> _Elements:
+    """New elements registered under `name`, or those already registered there."""
+    with _NAMED_LOCK:
+        found = _NAMED.get(name)
+        if elements is None:
+            if found is None:
+                raise FileNotFoundError(f"no InMemoryDataSource named {name!r} is open in this process")
+            return found
+        if found is not None:
+            raise FileExistsError(f"an InMemoryDataSource named {name!r} already exists")
+        shared = _NAMED[name] = _Elements(elements)
+        return shared
 
 
 class RangeDataSource:

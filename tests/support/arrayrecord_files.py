@@ -22,6 +22,7 @@ class Spec:
     options: str
     count: int
     large: bool = False
+    sizes: tuple[int, ...] = ()  # record body sizes to draw from, instead of the defaults
 
     @property
     def file_name(self) -> str:
@@ -30,7 +31,7 @@ class Spec:
     def records(self) -> list[bytes]:
         """The records, the same on every interpreter (seeded by the name)."""
         rng = random.Random(self.name)
-        sizes = (10, 70_000, 200_000, 300_000) if self.large else (0, 1, 7, 100, 1000, 3000)
+        sizes = self.sizes or ((10, 70_000, 200_000, 300_000) if self.large else (0, 1, 7, 100, 1000, 3000))
         out = []
         for i in range(self.count):
             size = rng.choice(sizes)
@@ -60,7 +61,14 @@ OPTIONS = [
 ]
 # A data set in several files, one of them empty.
 SHARDS = [Spec(f"shard-{i}", "group_size:7", count) for i, count in enumerate([50, 1, 0, 33])]
-ALL = OPTIONS + SHARDS
+# Small files to damage one byte at a time: Grain's layout (a record per chunk),
+# compressed groups, and chunks that span a 64 KiB block boundary.
+DAMAGE = [
+    Spec("damage-single", "group_size:1,uncompressed", 4, sizes=(0, 5, 40)),
+    Spec("damage-grouped", "group_size:3,zstd", 7, sizes=(0, 9, 50)),
+    Spec("damage-spanning", "group_size:2,uncompressed", 3, sizes=(40_000,)),
+]
+ALL = OPTIONS + SHARDS + DAMAGE
 
 
 def write_all(directory: Path) -> None:

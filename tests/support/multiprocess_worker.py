@@ -49,7 +49,11 @@ def make_loader(workers: int) -> DataLoader:
     return DataLoader(
         data_source=RangeDataSource(0, NUM_RECORDS),
         sampler=IndexSampler(
-            NUM_RECORDS, shard_options=ShardByJaxProcess(drop_remainder=True), shuffle=True, seed=SEED
+            NUM_RECORDS,
+            shard_options=ShardByJaxProcess(drop_remainder=True),
+            shuffle=True,
+            num_epochs=1,
+            seed=SEED,
         ),
         operations=[ToRecord(), Batch(LOCAL_BATCH, drop_remainder=True)],
         worker_count=workers,

@@ -185,10 +185,15 @@ CASE_IDS = [case.name for case in CASES]
 
 
 def reference_outputs(source: Sequence[Any], sampler: IndexSampler, operations: Sequence[Any]) -> list[Any]:
-    """The outputs, one record at a time, with Grain's semantics for metadata."""
-    stream: Iterator[tuple[Any, Any]] = (
-        (source[sampler[i].record_key], sampler[i]) for i in range(len(sampler))
-    )
+    """The outputs, one record at a time, with Grain's semantics for metadata.
+
+    Grain's DataLoader reads shard `i` of `n` at global indices `i, i + n, ...`,
+    `len(sampler) // n` of them.
+    """
+    shard = sampler.shard_options
+    count = len(sampler) // shard.shard_count
+    indices = range(shard.shard_index, count * shard.shard_count, shard.shard_count)
+    stream: Iterator[tuple[Any, Any]] = ((source[sampler[i].record_key], sampler[i]) for i in indices)
     for op in operations:
         stream = _reference_op(op, stream)
     return [element for element, _ in stream]

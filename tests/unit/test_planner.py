@@ -6,6 +6,7 @@ from aioloader import Batch, FilterTransform, IndexSampler, RangeDataSource
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program
+from aioloader._sampling.walk import Walk
 from aioloader._scheduling.planner import ChunkPlanner, plan_chunks
 
 
@@ -83,7 +84,9 @@ def test_an_endless_sampler_never_runs_out() -> None:
 
 
 def program_of(operations: list[object]) -> Program:
-    return Program(RangeDataSource(0, 40), IndexSampler(40), compile_operations(operations), 4)
+    return Program(
+        RangeDataSource(0, 40), Walk(IndexSampler(40, num_epochs=1)), compile_operations(operations), 4
+    )
 
 
 class Odd(FilterTransform):

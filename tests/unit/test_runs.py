@@ -11,7 +11,8 @@ from aioloader._program.records import RecordChunk, WholeRecords
 
 
 def chunk_of(items: list[int], origins: list[int] | None, start: int = 0) -> RecordChunk:
-    chunk = RecordChunk(start, list(range(start, start + 10)))
+    # Shard 1 of 3: position p is global index 3p + 1, so positions and indices differ.
+    chunk = RecordChunk(start, list(range(start, start + 10)), range(3 * start + 1, 3 * start + 31, 3))
     chunk.items, chunk.origins = items, origins
     return chunk
 
@@ -47,7 +48,7 @@ def test_drop_leading_past_the_first_origin_fails_on_it(
     assert chunk.failure is not None
     assert isinstance(chunk.failure.error, ValueError)
     assert f"`state` skips {count} elements" in str(chunk.failure.error)
-    assert "index=5, record_key=5" in chunk.failure.error.__notes__[0]
+    assert "index=16, record_key=5" in chunk.failure.error.__notes__[0]  # the global index
 
 
 def test_drop_leading_leaves_a_failure_on_the_first_origin_alone() -> None:
@@ -66,8 +67,8 @@ def test_cut_over_whole_records_gives_positions_indices_and_generators() -> None
     assert plan.groups == [[100, 101, 102], [103, 104, 105], [106]]
     assert plan.before == [(20, 0, 1), (23, 0, 0), (26, 0, 0)]  # the first batch skips an output
     assert plan.after == [(23, 0, 0), (26, 0, 0), (27, 0, 0)]
-    assert plan.first == [20, 23, 26]
-    assert plan.last == [22, 25, 26]
+    assert plan.first == [61, 70, 79]  # global indices, not positions
+    assert plan.last == [67, 76, 79]
     assert plan.last_rng == [None, None, rng]
 
 

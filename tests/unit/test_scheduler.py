@@ -17,6 +17,7 @@ from aioloader._common.positions import Position
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program, Stage
+from aioloader._sampling.walk import Walk
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Place, Work
 
@@ -29,7 +30,9 @@ class Odd(FilterTransform):
 def scheduler_of(
     operations: list[Any], n: int = 20, capacity: int = 8, workers: int = 1, position: Position = (0, 0, 0)
 ) -> Scheduler:
-    program = Program(RangeDataSource(0, n), IndexSampler(n), compile_operations(operations), 4)
+    program = Program(
+        RangeDataSource(0, n), Walk(IndexSampler(n, num_epochs=1)), compile_operations(operations), 4
+    )
     return Scheduler(program, position, ReadOptions(prefetch_buffer_size=capacity), workers)
 
 

@@ -155,7 +155,7 @@ class _Runner:
 
     def _run_there(self, steps: tuple[StepCall, ...], chunk: RecordChunk) -> RecordChunk:
         def request(chunk: RecordChunk) -> object:
-            return steps, chunk.start, chunk.keys, chunk.items, chunk.origins
+            return steps, chunk.start, chunk.keys, chunk.indices, chunk.items, chunk.origins
 
         sent = pickle_chunk(chunk, request, "sending records to a subinterpreter")
         chunk.items, chunk.origins, packed = pickle.loads(self._interpreter.call(serve, sent))

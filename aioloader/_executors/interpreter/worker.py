@@ -5,10 +5,10 @@ it: `load` keeps the source and the operations the main interpreter sent,
 and every `serve` uses them, as a worker thread uses its own copy of the
 program. Both take and return pickled bytes.
 
-* request: `(steps, start, keys, items, origins)`, the steps to run
+* request: `(steps, start, keys, indices, items, origins)`, the steps to run
   (`Step.READ`, `Step.BEFORE`, see `_STEPS`) on a chunk of records: its
-  first index, its keys, and the elements so far with the record each came
-  from;
+  first position, its keys and global indices, and the elements so far with
+  the record each came from;
 * reply: `(items, origins, error)`, what the steps made of them, and the
   first failure, if any, packed by `pack_error`.
 
@@ -39,7 +39,7 @@ PackedError = tuple[bytes | None, str, list[str], str]
 # This interpreter's own source and operations (by their index in `before`), set by `load`.
 _source: Any = None
 _operations: dict[int, Op] = {}
-_seed = 0
+_seed: int | None = None
 
 
 def load(cargo: bytes) -> bytes:
@@ -75,8 +75,8 @@ def _cannot_load(label: str, error: Exception) -> str:
 
 def serve(request: bytes) -> bytes:
     """Run the requested steps on one chunk of records; reply with what they made."""
-    steps, start, keys, items, origins = pickle.loads(request)
-    chunk = RecordChunk(start, keys)
+    steps, start, keys, indices, items, origins = pickle.loads(request)
+    chunk = RecordChunk(start, keys, indices)
     chunk.items, chunk.origins = items, origins
     for step, index in steps:
         _STEPS[step](index, chunk)

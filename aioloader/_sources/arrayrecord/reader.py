@@ -11,13 +11,19 @@ access (ArrayRecord's `layout.proto`):
   data chunk, in order.
 
 Chunk `i` spans the file from its offset to the next chunk's (or the
-footer's), so one positional read fetches it whole.
+footer's), so one positional read fetches it whole. The chunks a read needs
+are fetched, then verified together (their HighwayHashes, see `riegeli`),
+then decoded: nothing unverified is decoded, and a damaged chunk is an
+error naming the file, the chunk, its records and the offset of the part
+that does not match.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,15 +31,17 @@ from aioloader._sources.arrayrecord.compression import NONE
 from aioloader._sources.arrayrecord.riegeli import (
     BLOCK_SIZE,
     FILE_SIGNATURE,
+    Chunk,
     FormatError,
     Records,
+    checksum_problems,
     decode_simple_chunk,
-    split_chunk,
-    without_block_headers,
 )
 from aioloader._sources.arrayrecord.wire import proto_fields, read_varints
 from aioloader._sources.cache import ByteBoundedCache
 from aioloader._sources.keys import KeyIndex, read_grouped
+
+T = TypeVar("T")
 
 MAGIC = 0x71930E704FDAE05E
 VERSION = 1
@@ -44,13 +52,14 @@ class ArrayRecordFile:
 
     The constructor reads and checks the postscript and the footer; each
     chunk's header is checked against its footer entry when it is read.
-    Thread-safe: reads are `os.pread` calls on one descriptor, and decoded
-    chunks of more than one record go through `cache`, which the files of
-    a data source share.
+    With `verify_checksums`, every hash the format defines is verified
+    before the bytes it covers are used. Thread-safe: reads are `os.pread`
+    calls on one descriptor, and decoded chunks of more than one record go
+    through `cache`, which the files of a data source share.
     """
 
-    def __init__(self, path: str, cache: ByteBoundedCache[Records]) -> None:
-        self.path, self._cache = path, cache
+    def __init__(self, path: str, cache: ByteBoundedCache[Records], *, verify_checksums: bool = True) -> None:
+        self.path, self._cache, self._verify = path, cache, verify_checksums
         self._fd = os.open(path, os.O_RDONLY)
         # Closed by close(), or when this object is collected (data sources are rarely closed).
         self._closer = weakref.finalize(self, os.close, self._fd)
@@ -71,40 +80,82 @@ class ArrayRecordFile:
     def read_one(self, position: int) -> bytes:
         """The record at `position` (an int in `[0, num_records)`)."""
         chunk, offset = self.index.locate(position)
-        return self._chunk(chunk)[offset]
+        return self._chunks([chunk])[chunk][offset]
 
     def read(self, positions: list[int]) -> list[bytes]:
         """The records at `positions`, decoding each chunk they touch once."""
         chunks, offsets = self.index.locate_many(positions)
-        return read_grouped(chunks, offsets, lambda chunk, at: self._chunk(chunk).pick(at))
+        decoded = self._chunks(np.unique(chunks).tolist())
+        return read_grouped(chunks, offsets, lambda chunk, at: decoded[chunk].pick(at))
 
     def close(self) -> None:
         """Close the file (idempotent); reading afterwards raises ValueError."""
         self._fd = -1
         self._closer()
 
-    def _chunk(self, i: int) -> Records:
-        # Under random access a one-record chunk is read once per epoch:
-        # caching it would only push out chunks that will be read again.
-        if self.index.counts[i] == 1:
-            return self._decode(i)
-        return self._cache.get((self.path, i), lambda: self._decode(i))
+    def _chunks(self, wanted: list[int]) -> dict[int, Records]:
+        """The decoded chunks `wanted`: from the cache, or read, verified together and decoded."""
+        found: dict[int, Records] = {}
+        for i in wanted:
+            # Under random access a one-record chunk is read once per epoch:
+            # caching it would only push out chunks that will be read again.
+            cached = self._cache.lookup((self.path, i)) if self.index.counts[i] > 1 else None
+            if cached is not None:
+                found[i] = cached
+        missing = [i for i in wanted if i not in found]
+        for i, records in zip(missing, self._decode(missing), strict=True):
+            found[i] = records
+            if self.index.counts[i] > 1:
+                self._cache.put((self.path, i), records)
+        return found
 
-    def _decode(self, i: int) -> Records:
+    def _decode(self, wanted: list[int]) -> list[Records]:
+        """Read the chunks `wanted`, verify them all, then decode them."""
+        if not wanted:
+            return []
         if self._fd < 0:
             raise ValueError(f"`{self.path}` was closed.")
-        begin, end = int(self._offsets[i]), int(self._ends[i])
+        spans = [(int(self._offsets[i]), int(self._ends[i])) for i in wanted]
         try:
-            header, data = split_chunk(without_block_headers(self._pread(begin, end - begin), begin))
-            expected = (int(self.index.counts[i]), int(self._sizes[i]))
-            if (header.num_records, header.decoded_data_size) != expected:
-                raise FormatError(
-                    f"the chunk holds {header.num_records} records of {header.decoded_data_size} bytes, "
-                    f"but the footer says {expected[0]} records of {expected[1]} bytes"
-                )
-            return decode_simple_chunk(header, data, f"`{self.path}`")
-        except ValueError as error:  # FormatError, or malformed record sizes
-            raise FormatError(f"`{self.path}`: chunk {i} at byte {begin} is damaged: {error}.") from None
+            raws = self._read_spans(spans)
+        except ValueError as error:  # the file shrank since it was opened
+            raise FormatError(f"`{self.path}`: {error}.") from None
+        pairs = list(zip(wanted, raws, spans, strict=True))
+        chunks = [self._naming(i, Chunk, raw, begin) for i, raw, (begin, _) in pairs]
+        if self._verify:
+            for i, problem in zip(wanted, checksum_problems(chunks), strict=True):
+                if problem is not None:
+                    raise self._damaged(i, problem)
+        return [
+            self._naming(i, self._decode_chunk, i, chunk) for i, chunk in zip(wanted, chunks, strict=True)
+        ]
+
+    def _naming(self, i: int, make: Callable[..., T], *args: Any) -> T:
+        """`make(*args)`; a ValueError it raises (FormatError, or bad sizes) comes back naming chunk `i`."""
+        try:
+            return make(*args)
+        except ValueError as error:
+            raise self._damaged(i, str(error)) from None
+
+    def _damaged(self, i: int, problem: str) -> FormatError:
+        first, last = int(self.index.starts[i]), int(self.index.starts[i + 1]) - 1
+        records = f"record {first}" if first == last else f"records {first} to {last}"
+        return FormatError(
+            f"`{self.path}`: chunk {i} ({records}) at byte {int(self._offsets[i])} is damaged: {problem}."
+        )
+
+    def _decode_chunk(self, i: int, chunk: Chunk) -> Records:
+        header, expected = chunk.header, (int(self.index.counts[i]), int(self._sizes[i]))
+        if (header.num_records, header.decoded_data_size) != expected:
+            raise FormatError(
+                f"the chunk holds {header.num_records} records of {header.decoded_data_size} bytes, "
+                f"but the footer says {expected[0]} records of {expected[1]} bytes"
+            )
+        return decode_simple_chunk(chunk, f"`{self.path}`")
+
+    def _read_spans(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of the file from each `begin` to each `end`."""
+        return [self._pread(begin, end - begin) for begin, end in spans]
 
     def _pread(self, offset: int, size: int) -> bytes:
         data = os.pread(self._fd, size, offset)
@@ -112,10 +163,22 @@ class ArrayRecordFile:
             raise FormatError(f"expected {size} bytes at byte {offset}, the file ends after {len(data)}")
         return data
 
+    def _verified(self, raw: bytes, position: int) -> Chunk:
+        """The chunk that starts `raw`, read at `position`; with verification on, its hashes match."""
+        chunk = Chunk(raw, position)
+        problem = checksum_problems([chunk])[0] if self._verify else None
+        if problem is not None:
+            raise FormatError(problem)
+        return chunk
+
     def _read_postscript(self) -> int:
         """The footer's offset, from the postscript in the last 64 KiB block."""
-        if self._pread(0, min(self._size, len(FILE_SIGNATURE))) != FILE_SIGNATURE:
-            raise FormatError("it does not start with the Riegeli file signature")
+        start = self._pread(0, min(self._size, len(FILE_SIGNATURE)))
+        if start != FILE_SIGNATURE:
+            where = next(
+                (i for i, (a, b) in enumerate(zip(start, FILE_SIGNATURE, strict=False)) if a != b), len(start)
+            )
+            raise FormatError(f"it does not start with the Riegeli file signature (byte {where} differs)")
         if self._size < 2 * BLOCK_SIZE or self._size % BLOCK_SIZE:
             raise FormatError(
                 f"its size, {self._size} bytes, is not two or more whole 64 KiB blocks (truncated?)"
@@ -124,18 +187,23 @@ class ArrayRecordFile:
         block = self._pread(begin, BLOCK_SIZE)
         if int.from_bytes(block[8:16], "little") != 0:  # the block header's `previous_chunk`
             raise FormatError(
-                "its last 64 KiB block does not start a chunk, so holds no postscript (truncated?)"
+                f"its last 64 KiB block (at byte {begin}) does not start a chunk, "
+                "so holds no postscript (truncated?)"
             )
+        chunk = self._verified(block, begin)
         try:
-            header, data = split_chunk(without_block_headers(block, begin))
-            if data[:1] != bytes([NONE]):
+            if chunk.data[:1] != bytes([NONE]):
                 raise FormatError("the postscript is compressed")
-            copies = decode_simple_chunk(header, data, "")
+            copies = decode_simple_chunk(chunk, "")
             fields = dict(proto_fields(copies[0])) if len(copies) else {}
         except ValueError as error:
-            raise FormatError(f"its last 64 KiB block holds no postscript ({error}; truncated?)") from None
+            raise FormatError(
+                f"its last 64 KiB block (at byte {begin}) holds no postscript ({error}; truncated?)"
+            ) from None
         if fields.get(2) != MAGIC or not isinstance(fields.get(1), int):
-            raise FormatError("its last 64 KiB block holds no ArrayRecord postscript (truncated?)")
+            raise FormatError(
+                f"its last 64 KiB block (at byte {begin}) holds no ArrayRecord postscript (truncated?)"
+            )
         footer_offset = int(fields[1])
         if not len(FILE_SIGNATURE) <= footer_offset < begin:
             raise FormatError(f"the postscript points to a footer at byte {footer_offset}, outside the file")
@@ -144,10 +212,10 @@ class ArrayRecordFile:
     def _read_footer(self, footer_offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each chunk's offset, decoded size and record count, checked against the metadata."""
         begin, end = footer_offset, self._size - BLOCK_SIZE
-        header, data = split_chunk(without_block_headers(self._pread(begin, end - begin), begin))
-        records = decode_simple_chunk(header, data, f"`{self.path}`")
+        chunk = self._verified(self._pread(begin, end - begin), begin)
+        records = decode_simple_chunk(chunk, f"`{self.path}`")
         if len(records) == 0:
-            raise FormatError("the footer is empty")
+            raise FormatError(f"the footer at byte {footer_offset} is empty")
         version, num_chunks, num_records = _footer_metadata(records[0])
         if version != VERSION:
             raise FormatError(f"the footer has ArrayRecord version {version}, expected {VERSION}")

@@ -10,9 +10,11 @@ then the compressed values; each compressed block starts with its
 decompressed size as a varint. The specification is Riegeli's
 `riegeli_records_file_format.md`.
 
-The HighwayHash checksums are not verified (a pure-Python HighwayHash would
-cost more than the decoding); every size and count is checked instead, so
-a truncated or foreign file is an error, never wrong records.
+Every block header, chunk header and chunk data carries a HighwayHash of
+itself (`highwayhash`); `checksum_problems` verifies them, for many chunks
+at once, before anything is decoded. Every size and count is checked as
+well, so that a file read without verification is still never decoded past
+its bounds.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from array import array
 import numpy as np
 
 from aioloader._sources.arrayrecord.compression import NONE, decompressor
+from aioloader._sources.arrayrecord.highwayhash import hash64_many
 from aioloader._sources.arrayrecord.wire import read_varint, read_varints
 
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
 CHUNK_HEADER_SIZE = 40
+USABLE_BLOCK_SIZE = BLOCK_SIZE - BLOCK_HEADER_SIZE
 
 SIMPLE_CHUNK = ord("r")
 
@@ -46,16 +50,79 @@ class FormatError(ValueError):
 
 
 class ChunkHeader:
-    """The fields of a chunk header that decoding needs."""
+    """The fields of a chunk header, and the 32 bytes its `header_hash` covers."""
 
-    __slots__ = ("chunk_type", "data_size", "decoded_data_size", "num_records")
+    __slots__ = (
+        "chunk_type",
+        "data_hash",
+        "data_size",
+        "decoded_data_size",
+        "hashed",
+        "header_hash",
+        "num_records",
+    )
 
     def __init__(self, raw: bytes | memoryview) -> None:
         if len(raw) < CHUNK_HEADER_SIZE:
             raise FormatError(f"a chunk header is cut short ({len(raw)} of {CHUNK_HEADER_SIZE} bytes)")
-        _, self.data_size, _, type_and_count, self.decoded_data_size = _CHUNK_HEADER.unpack_from(raw)
+        fields = _CHUNK_HEADER.unpack_from(raw)
+        self.header_hash, self.data_size, self.data_hash, type_and_count, self.decoded_data_size = fields
         # `chunk_type` is one byte and `num_records` the seven after it.
         self.chunk_type, self.num_records = type_and_count & 0xFF, type_and_count >> 8
+        self.hashed = bytes(raw[8:CHUNK_HEADER_SIZE])
+
+
+class Chunk:
+    """A chunk as read from the file at `position`, its block headers taken out.
+
+    Nothing in it is trusted yet: `checksum_problems` verifies it, and
+    `data` is cut to the header's `data_size` or to what the file holds.
+    """
+
+    __slots__ = ("block_headers", "data", "header", "position")
+
+    def __init__(self, raw: bytes, position: int) -> None:
+        self.position = position
+        payload, self.block_headers = _take_block_headers(raw, position)
+        self.header = ChunkHeader(payload)
+        self.data = memoryview(payload)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + self.header.data_size]
+
+    def require_whole(self) -> None:
+        """Raise FormatError if the file ends (or the next chunk begins) inside the data."""
+        if len(self.data) != self.header.data_size:
+            raise FormatError(f"chunk data is cut short ({len(self.data)} of {self.header.data_size} bytes)")
+
+    def checks(self) -> list[tuple[str, bytes | memoryview, int]]:
+        """(what, hashed bytes, expected hash) for every hash in the chunk, in the order to report them.
+
+        A damaged header comes first: its sizes decide where the data is cut.
+        """
+        checks: list[tuple[str, bytes | memoryview, int]] = [
+            (f"the block header at byte {offset}", header[8:], int.from_bytes(header[:8], "little"))
+            for offset, header in self.block_headers
+        ]
+        checks.append(
+            (f"the chunk header at byte {self.position}", self.header.hashed, self.header.header_hash)
+        )
+        begin = self.position + physical_size(self.position, CHUNK_HEADER_SIZE)
+        end = self.position + physical_size(self.position, CHUNK_HEADER_SIZE + len(self.data))
+        checks.append((f"the chunk data (bytes {begin} to {end})", self.data, self.header.data_hash))
+        return checks
+
+
+def checksum_problems(chunks: list[Chunk]) -> list[str | None]:
+    """For each chunk, the first of its parts whose HighwayHash does not match, or None.
+
+    All the hashes of all the chunks are computed together (see `highwayhash`).
+    """
+    checks = [chunk.checks() for chunk in chunks]
+    hashes = iter(hash64_many([hashed for each in checks for _, hashed, _ in each]))
+    problems: list[str | None] = []
+    for each in checks:
+        matches = [next(hashes) == expected for _, _, expected in each]
+        bad = [what for (what, _, _), match in zip(each, matches, strict=True) if not match]
+        problems.append(f"{bad[0]} does not match its hash" if bad else None)
+    return problems
 
 
 class Records:
@@ -86,8 +153,15 @@ class Records:
         return len(self.values) + self.bounds.itemsize * len(self.bounds)
 
 
-def without_block_headers(raw: bytes, position: int) -> bytes:
-    """`raw`, read from file offset `position`, less the block headers inside it.
+def physical_size(position: int, size: int) -> int:
+    """File bytes taken by `size` chunk bytes that start at `position`, block headers included."""
+    overhead_blocks = (size + (position + USABLE_BLOCK_SIZE - 1) % BLOCK_SIZE) // USABLE_BLOCK_SIZE
+    return size + overhead_blocks * BLOCK_HEADER_SIZE
+
+
+def _take_block_headers(raw: bytes, position: int) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """`raw`, read from file offset `position`, less the block headers inside it; and those
+    headers, with their file offsets.
 
     A block header at `position` itself belongs to the chunk starting there
     (a chunk that starts on a block boundary starts before its header).
@@ -95,27 +169,21 @@ def without_block_headers(raw: bytes, position: int) -> bytes:
     boundary = -(-position // BLOCK_SIZE) * BLOCK_SIZE  # the first one at or after `position`
     stop = position + len(raw)
     if boundary >= stop:
-        return raw
-    view, parts, cut = memoryview(raw), [], 0
+        return raw, []
+    view, parts, headers, cut = memoryview(raw), [], [], 0
     while boundary < stop:
         parts.append(view[cut : boundary - position])
         cut = boundary - position + BLOCK_HEADER_SIZE
+        headers.append((boundary, bytes(view[boundary - position : cut])))
         boundary += BLOCK_SIZE
     parts.append(view[cut:])
-    return b"".join(parts)
+    return b"".join(parts), headers
 
 
-def split_chunk(chunk: bytes) -> tuple[ChunkHeader, memoryview]:
-    """The header and the data of the chunk at the start of `chunk` (block headers removed)."""
-    header = ChunkHeader(chunk)
-    data = memoryview(chunk)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + header.data_size]
-    if len(data) != header.data_size:
-        raise FormatError(f"chunk data is cut short ({len(data)} of {header.data_size} bytes)")
-    return header, data
-
-
-def decode_simple_chunk(header: ChunkHeader, data: memoryview, where: str) -> Records:
+def decode_simple_chunk(chunk: Chunk, where: str) -> Records:
     """The records of a simple chunk, checked against the sizes its header gives."""
+    chunk.require_whole()
+    header, data = chunk.header, chunk.data
     if header.chunk_type != SIMPLE_CHUNK:
         transposed = (
             " (written with the 'transpose' option, not supported)" if header.chunk_type == 0x74 else ""

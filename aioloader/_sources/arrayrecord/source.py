@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import require_bool, require_int
 from aioloader._sources.arrayrecord.reader import ArrayRecordFile
 from aioloader._sources.arrayrecord.riegeli import FormatError, Records
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
@@ -48,24 +48,42 @@ class ArrayRecordDataSource:
     The built-in reader supports what ArrayRecord's writer produces without
     `transpose`: any `group_size`, uncompressed, zstd, snappy or brotli
     chunks. It keeps decoded chunks of more than one record in a cache of at
-    most `cache_bytes` shared by all the files. Broken files are rejected
-    when the source is made (bad signature, truncation, footer and record
-    counts that disagree) or, for a damaged chunk, when it is read; every
-    message names the file.
+    most `cache_bytes` shared by all the files.
+
+    Damaged files: with `verify_checksums=True` (the default) the built-in
+    reader verifies every checksum the Riegeli format defines (the
+    HighwayHash of each block header, chunk header and chunk data) before
+    it uses the bytes, so a changed byte anywhere in a file is a ValueError
+    naming the file, the chunk, its records and the offset, never other
+    records. `verify_checksums=False` skips the hashes (for storage you
+    trust: they cost about as much as reading, more for large chunks); sizes
+    and counts are still checked, so a truncated or foreign file is still an
+    error. `array_record`'s reader verifies the chunk header and chunk data
+    hashes itself, whatever `verify_checksums` says. Files are checked when
+    the source is made (signature, postscript, footer) and each chunk when
+    it is read; every message names the file.
 
     Thread-safe: any number of threads may read at once.
     """
 
-    def __init__(self, paths: Any, *, reader: str = "auto", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        paths: Any,
+        *,
+        reader: str = "auto",
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        verify_checksums: bool = True,
+    ) -> None:
         self.paths = require_paths(paths)
         self.reader = _choose_reader(reader)
+        self.verify_checksums = require_bool("verify_checksums", verify_checksums)
         self._cache: ByteBoundedCache[Records] = ByteBoundedCache(
             require_int("cache_bytes", cache_bytes, minimum=0)
         )
         self._files: list[_File] = []
         try:
             for path in self.paths:
-                self._files.append(_open(path, self.reader, self._cache))
+                self._files.append(_open(path, self.reader, self._cache, self.verify_checksums))
         except BaseException:
             self.close()
             raise
@@ -130,8 +148,10 @@ def _choose_reader(reader: Any) -> str:
     return str(reader)
 
 
-def _open(path: str, reader: str, cache: ByteBoundedCache[Records]) -> _File:
-    return ArrayRecordFile(path, cache) if reader == "builtin" else _NativeFile(path)
+def _open(path: str, reader: str, cache: ByteBoundedCache[Records], verify_checksums: bool) -> _File:
+    if reader == "builtin":
+        return ArrayRecordFile(path, cache, verify_checksums=verify_checksums)
+    return _NativeFile(path)
 
 
 class _NativeFile:
@@ -144,6 +164,7 @@ class _NativeFile:
     def __init__(self, path: str) -> None:
         from array_record.python import array_record_module
 
+        self._path = path
         try:
             self._reader = array_record_module.ArrayRecordReader(
                 path, "readahead_buffer_size:0", file_reader_buffer_size=32768
@@ -163,10 +184,21 @@ class _NativeFile:
         return "the array_record reader reports a failure"
 
     def read_one(self, position: int) -> bytes:
-        return self._reader.read([position])[0]  # type: ignore[no-any-return]
+        return self.read([position])[0]
 
     def read(self, positions: list[int]) -> list[bytes]:
-        return list(self._reader.read(positions))
+        try:
+            return list(self._reader.read(positions))
+        except Exception as error:  # the C++ reader reports a damaged chunk as a RuntimeError
+            raise FormatError(f"`{self._path}`: {_records(positions)} cannot be read: {error}.") from error
 
     def close(self) -> None:
         self._reader.close()
+
+
+def _records(positions: list[int], shown: int = 3) -> str:
+    """`positions` for a message: "record 7", or "records 3, 9, 12 and 5 more"."""
+    if len(positions) == 1:
+        return f"record {positions[0]}"
+    more = len(positions) - shown
+    return f"records {', '.join(map(str, positions[:shown]))}" + (f" and {more} more" if more > 0 else "")

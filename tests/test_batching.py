@@ -1,0 +1,139 @@
+"""`Batch`'s default stacking: Grain's batches, exact strings and bytes, dicts matched by key."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioloader as al
+from aioloader._operations.batching import stack
+from tests.grain_reference import grain_python
+from tests.support.reference import assert_same_outputs
+
+Point = namedtuple("Point", ["x", "y"])
+
+STRINGS = [
+    b"ends in nul\x00",
+    b"\x00\x00",
+    b"",
+    b"plain",
+    "ends in nul\x00",
+    "",
+    "non-ASCII: \u00e9\u4e2d\U0001f600",
+    "\x00",
+]
+
+
+class Identity(al.MapTransform):
+    def map(self, element: Any) -> Any:
+        return element
+
+
+def batches(elements: list[Any], size: int, workers: int, operations: list[Any] | None = None) -> list[Any]:
+    """`elements` through a loader (in order) and `Batch(size)`."""
+    loader = al.DataLoader(
+        data_source=al.InMemoryDataSource(elements),
+        sampler=al.SequentialSampler(len(elements)),
+        operations=[*(operations or [Identity()]), al.Batch(size)],
+        worker_count=workers,
+    )
+    return list(loader)
+
+
+class KeepAll(al.FilterTransform):
+    def filter(self, element: Any) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("plan", ["fused", "tail"])
+def test_bytes_and_strings_come_back_exactly_as_they_went_in(workers: int, plan: str) -> None:
+    operations = [Identity()] if plan == "fused" else [KeepAll()]
+    got = batches(STRINGS, 3, workers, operations)
+    flat = [item for batch in got for item in batch]
+    assert flat == STRINGS
+    assert [type(item) for item in flat] == [type(item) for item in STRINGS]
+    assert all(batch.dtype == object and batch.ndim == 1 for batch in got)
+
+
+def test_strings_inside_structures_are_exact_too() -> None:
+    elements = [{"text": "a\x00", "raw": (b"b\x00", np.int32(i))} for i in range(4)]
+    batch = stack(elements)
+    assert batch["text"].tolist() == ["a\x00"] * 4
+    assert batch["raw"][0].tolist() == [b"b\x00"] * 4
+    assert batch["raw"][1].dtype == np.int32
+
+
+def test_strings_mixed_with_other_leaves_are_kept_as_they_are() -> None:
+    batch = stack(["1", 1, np.arange(2)])
+    assert batch.dtype == object
+    assert batch[0] == "1"
+    assert batch[1] == 1
+    assert np.array_equal(batch[2], np.arange(2))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dicts_with_keys_in_another_order_are_batched_by_key(workers: int) -> None:
+    elements = [
+        {"a": np.int64(i), "b": np.float32(i) / 2} if i % 2 else {"b": np.float32(i) / 2, "a": np.int64(i)}
+        for i in range(6)
+    ]
+    got = batches(elements, 3, workers)
+    assert [list(batch) for batch in got] == [["a", "b"], ["a", "b"]]  # sorted, as jax.tree_util sorts
+    assert np.concatenate([batch["a"] for batch in got]).tolist() == list(range(6))
+    assert np.concatenate([batch["b"] for batch in got]).tolist() == [i / 2 for i in range(6)]
+
+
+def test_batched_dicts_have_sorted_keys_as_in_jax() -> None:
+    jax = pytest.importorskip("jax", reason="compares with jax.tree_util, which is not installed here")
+    elements = [{"z": np.int32(i), "a": {"y": np.arange(2) + i, "b": np.float64(i)}} for i in range(3)]
+    wanted = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *elements)
+    assert_same_outputs([stack(elements)], [wanted])
+
+
+ORDINARY = {
+    "scalars": [np.int32(1), np.int32(2), np.int32(3)],
+    "python-ints": [1, 2, 3],
+    "arrays": [np.arange(4) * i for i in range(3)],
+    "dicts": [{"b": np.arange(2) + i, "a": np.float32(i)} for i in range(3)],
+    "tuples": [(np.int64(i), np.ones(2) * i) for i in range(3)],
+    "namedtuples": [Point(np.int8(i), np.arange(3)) for i in range(3)],
+    "lists": [[np.int16(i), {"k": np.arange(1)}] for i in range(3)],
+    "one": [{"x": np.arange(3)}],
+}
+
+
+@pytest.mark.parametrize("name", list(ORDINARY))
+def test_ordinary_elements_batch_as_in_grain(name: str) -> None:
+    grain_python()
+    from grain._src.python.dataset.transformations.batch import make_batch
+
+    assert_same_outputs([stack(ORDINARY[name])], [make_batch(ORDINARY[name])])
+
+
+DIFFERENT = {
+    "missing-key": [{"a": 1}, {"b": 2}],
+    "extra-key": [{"a": 1}, {"a": 1, "b": 2}],
+    "tuple-lengths": [(1, 2), (1, 2, 3)],
+    "dict-and-list": [{"a": 1}, [1]],
+    "shapes": [np.zeros(2), np.zeros(3)],
+    "tuple-and-list": [(1, 2), [1, 2]],
+}
+
+
+@pytest.mark.parametrize("name", list(DIFFERENT))
+def test_elements_of_different_structure_raise_the_type_grain_raises(name: str) -> None:
+    with pytest.raises(ValueError, match="cannot batch"):
+        stack(DIFFERENT[name])
+
+
+@pytest.mark.parametrize("name", list(DIFFERENT))
+def test_grain_raises_that_type_too(name: str) -> None:
+    grain_python()
+    from grain._src.python.dataset.transformations.batch import make_batch
+
+    with pytest.raises(ValueError):  # noqa: PT011 - the type is what is compared
+        make_batch(DIFFERENT[name])
