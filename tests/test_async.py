@@ -12,6 +12,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
+from tests.support.transforms import SlowRecords
 
 
 class Ticks:
@@ -162,24 +163,6 @@ async def test_iterators_are_async_context_managers() -> None:
 # running while the worker threads finish what they were doing and are joined.
 
 
-class SlowRecords(MapTransform):
-    """Each record takes `seconds` (waiting), so that stopping the workers takes that long;
-    `entered` is set once a record after the first has started."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.entered = threading.Event()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> SlowRecords:
-        return self  # one event for every worker
-
-    def map(self, element: Any) -> Any:
-        if element > 0:
-            self.entered.set()
-        time.sleep(self.seconds)
-        return element
-
-
 @repeated
 @pytest.mark.parametrize("how", ["break", "aclose", "set_state"])
 @pytest.mark.parametrize("device", [False, True], ids=["host", "device"])
@@ -192,7 +175,7 @@ async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool,
             beats.append(time.monotonic())
             await asyncio.sleep(0.001)
 
-    slow = SlowRecords(0.4)
+    slow = SlowRecords(0.4, first=1)
     loader = DataLoader(
         data_source=RangeDataSource(0, 1000),
         sampler=IndexSampler(1000, num_epochs=1),

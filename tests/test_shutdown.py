@@ -21,6 +21,7 @@ import pytest
 from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource, ReadOptions
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
 from tests.support.reference import CASES, assert_same_outputs, expected
+from tests.support.transforms import SlowRecords
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -476,26 +477,12 @@ def test_aclose_while_anext_waits_ends_it(workers: int, repeat: int) -> None:
 # between two records, not at the end of a chunk sized by CPU time.
 
 
-class SlowMap(MapTransform):
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.entered = threading.Event()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> SlowMap:
-        return self  # one event for every worker
-
-    def map(self, element: Any) -> Any:
-        self.entered.set()
-        time.sleep(self.seconds)
-        return element
-
-
 @pytest.mark.parametrize("seconds", [0.2, 1.0])
 @pytest.mark.parametrize("where", ["read", "map"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_close_with_slow_reads_and_maps_is_quick(seconds: float, where: str, workers: int) -> None:
     source = Reads(seconds if where == "read" else 0.0, size=1000)
-    slow_map = SlowMap(seconds)
+    slow_map = SlowRecords(seconds)
     loader = DataLoader(
         data_source=source,
         sampler=IndexSampler(1000, num_epochs=1),
