@@ -245,6 +245,15 @@ def test_every_output_before_the_error_is_delivered(workers: int) -> None:
 
 
 @needs_subinterpreters
+def test_a_stray_stop_iteration_in_the_subinterpreter_is_an_error_in_its_place() -> None:
+    got, error = drain(loader([ops.FailOn({3}, error=StopIteration)], source=RangeDataSource(0, 40)))
+    assert len(got) == [IndexSampler(40, seed=5, num_epochs=1)[i].record_key for i in range(40)].index(3)
+    assert type(error) is RuntimeError
+    assert "operations[0] (FailOn.map) raised StopIteration" in str(error)
+    assert "record_key=3" in notes(error)
+
+
+@needs_subinterpreters
 def test_the_traceback_from_the_subinterpreter_is_the_cause() -> None:
     _, error = drain(loader([ops.FailOn({2})]))
     assert isinstance(error.__cause__, RemoteTraceback)

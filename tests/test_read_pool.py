@@ -152,3 +152,38 @@ def test_many_workers_timing_their_reads_at_once(repeat: int) -> None:
         read_options=ReadOptions(num_threads=4, prefetch_buffer_size=18),  # chunks of 2 records
     )
     assert list(loader) == source
+
+
+def test_a_worker_still_timing_its_reads_waits_while_the_pool_is_full() -> None:
+    """One worker has engaged the pool, whose `num_threads` reads are all in flight; another
+    still times its first reads one by one, on its own thread. Its read waits for a slot:
+    never `num_threads + 1` reads at once (the 7 of 6 once seen with two workers)."""
+    pool = read_pool.ReadPool(3)
+    pool.engaged = True
+    lock, opened, started = threading.Lock(), threading.Event(), threading.Semaphore(0)
+    counts = {"in_flight": 0, "most": 0}
+
+    def read(key: int) -> int:
+        with lock:
+            counts["in_flight"] += 1
+            counts["most"] = max(counts["most"], counts["in_flight"])
+        started.release()
+        assert opened.wait(30)
+        with lock:
+            counts["in_flight"] -= 1
+        return key
+
+    try:
+        results = pool.map(read, range(3))
+        for _ in range(3):
+            assert started.acquire(timeout=30), "the pool's reads never started"
+        prober = threading.Thread(target=lambda: list(pool.probing_map(read, [10])), name="prober")
+        prober.start()
+        started.acquire(timeout=0.5)  # a moment for the probe to start, if it may (a wait, not a check)
+        assert counts["most"] == 3
+    finally:
+        opened.set()
+    assert list(results) == [0, 1, 2]
+    prober.join(30)
+    pool.close()
+    assert counts == {"in_flight": 0, "most": 3}

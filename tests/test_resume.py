@@ -128,6 +128,20 @@ async def test_set_state_opens_a_closed_async_iterator_again() -> None:
         assert_same_outputs(head + [x async for x in iterator], wanted)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.asyncio
+async def test_set_state_on_an_async_iterator_that_ended_resumes_exactly(workers: int) -> None:
+    """At its end, or after an error: never an empty stream."""
+    case = CASES[1]
+    wanted = expected(case)
+    iterator = aiter(case.loader(workers))
+    state = iterator.get_state()
+    assert_same_outputs([x async for x in iterator], wanted)
+    iterator.set_state(state)
+    async with iterator:
+        assert_same_outputs([x async for x in iterator], wanted)
+
+
 def test_state_is_small_json_whatever_the_dataset_size() -> None:
     loader = DataLoader(
         data_source=RangeDataSource(0, 10**9),

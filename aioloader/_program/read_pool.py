@@ -19,8 +19,9 @@ a while (on a busy machine, or a GIL build with several workers) has a few
 slow reads among fast ones, and must not move cheap reads to the pool; and
 fast sources never pay for timing reads one by one.
 The first chunk is read by one worker alone (the
-pipeline waits to size the others from it), so a source slow from the start
-never has more than `num_threads` reads in flight. Sources with
+pipeline waits to size the others from it), and the probes of the workers
+take the same `num_threads` slots as the pool's reads, so a source slow from
+the start never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
 """
 
@@ -56,6 +57,9 @@ class ReadPool:
         # for all its reads in turn.
         self.suspicious = True
         self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
+        # The reads in flight, the pool's and the probes' together: a worker may
+        # still be probing when another one has engaged the pool.
+        self._slots = threading.BoundedSemaphore(threads)
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
@@ -65,7 +69,14 @@ class ReadPool:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
             executor = self._executor
-        return executor.map(read, keys)
+        return executor.map(self._in_a_slot(read), keys)
+
+    def _in_a_slot(self, read: Callable[[int], Any]) -> Callable[[int], Any]:
+        def held(key: int) -> Any:
+            with self._slots:
+                return read(key)
+
+        return held
 
     def note_chunk(self, seconds: float, reads: int) -> None:
         """A chunk's `reads` took `seconds`: if that is slow, look closer at the next reads."""
@@ -79,9 +90,10 @@ class ReadPool:
 
         def timed() -> Iterator[Any]:
             for key in probed:
-                started = self.clock()
-                item = read(key)
-                self._record(self.clock() - started)
+                with self._slots:
+                    started = self.clock()
+                    item = read(key)
+                    self._record(self.clock() - started)
                 yield item
 
         def parts() -> Iterator[Iterator[Any]]:

@@ -96,20 +96,22 @@ class LateEarly(RandomMapTransform):
     """Makes later chunks finish before earlier ones, deterministically.
 
     Each record costs 0.3 ms of CPU, so chunks hold a few records. With two
-    worker threads or more, the records whose value is 1 modulo 10 (never in
-    the first chunk, which is one record) wait until the record `lead` after
-    them is done: its chunk, a later one, finishes first. (Values are sampler
-    indices with `shuffle=False` and one epoch.) `overtaken` counts the waits
-    that ended that way. A wait that times out (a window too small for a
-    second chunk) stops all later waits. One object serves every worker
+    worker threads or more, a record whose value is 1 modulo 10 (never in the
+    first chunk, which is one record) waits until another worker has done a
+    record with a greater value: that record is in a later chunk (values are
+    sampler indices with `shuffle=False` and one epoch, and a chunk is one
+    worker's), which so finishes first. One record waits at a time, so that
+    two waits never wait for each other. `overtaken` counts the waits that
+    ended that way; a wait that times out (a window too small for a second
+    chunk) stops all later waits. One object serves every worker
     (`__deepcopy__`); it is a random map so that it runs in the main
     interpreter with `executor="interpreter"`, and returns its element.
     """
 
-    def __init__(self, lead: int = 5) -> None:
-        self.lead = lead
-        self.done: set[int] = set()
+    def __init__(self) -> None:
+        self.done: dict[int, str] = {}  # value -> the worker that did it
         self.changed = threading.Condition()
+        self.waiting = False
         self.patient = True
         self.overtaken = 0
 
@@ -118,16 +120,21 @@ class LateEarly(RandomMapTransform):
 
     def random_map(self, element: Any, rng: np.random.Generator) -> Any:
         spin(0.0003)
-        if element % 10 == 1 and self.patient and _on_one_of_several_workers():
-            with self.changed:
-                if self.changed.wait_for(lambda: element + self.lead in self.done, timeout=0.5):
+        me = threading.current_thread().name
+        with self.changed:
+            if element % 10 == 1 and self.patient and not self.waiting and _on_one_of_several_workers():
+                self.waiting = True
+                if self.changed.wait_for(lambda: self._done_later(element, me), timeout=0.5):
                     self.overtaken += 1
                 else:
                     self.patient = False
-        with self.changed:
-            self.done.add(element)
+                self.waiting = False
+            self.done[element] = me
             self.changed.notify_all()
         return element
+
+    def _done_later(self, element: int, me: str) -> bool:
+        return any(value > element and worker != me for value, worker in self.done.items())
 
 
 def _on_one_of_several_workers() -> bool:
