@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource, ReadOptions
+from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource, ReadOptions
+from aioloader._iteration import iterators
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
 from tests.support.reference import CASES, assert_same_outputs, expected
 from tests.support.transforms import SlowRecords
@@ -150,6 +151,110 @@ def test_close_while_the_first_chunk_is_in_flight(repeat: int) -> None:
     assert not closer.is_alive(), "close() hangs"
     assert not consumer.is_alive(), "the pending next() hangs"
     assert_all_joined()  # the thread that was reading too, now that its read returned
+
+
+class ReadsOnceClosed:
+    """A source whose reads wait until `closed()` is true (10 s at most): outputs are ready
+    only after a close, when nothing may deliver them any more."""
+
+    def __init__(self, closed: Callable[[], bool]) -> None:
+        self.closed, self.deadline = closed, time.monotonic() + 10
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, key: int) -> int:
+        wait_until(lambda: self.closed() or time.monotonic() > self.deadline, "")
+        return key
+
+
+class Closer:
+    """close() on a thread of its own, started by `begin()` from inside the consumer's next(),
+    which goes on once close() has returned or waits in `EngineHolder.take` for its lock.
+    `late` lists what happened after close() returned: the threads then alive, and more."""
+
+    def __init__(self, iterator: Any) -> None:
+        self.iterator, self.returned, self.late = iterator, threading.Event(), list[Any]()
+        self.thread = threading.Thread(target=self._close, name="closer")
+
+    def _close(self) -> None:
+        self.iterator.close()
+        self.returned.set()
+        self.late.append([t.name for t in aioloader_threads()])
+
+    def begin(self) -> None:
+        self.thread.start()
+        wait_until(lambda: self.returned.is_set() or stack(self.thread)[-1] == "take", "close() never began")
+
+    def after(self, what: Any) -> None:
+        if self.returned.is_set():
+            self.late.append(what)
+
+
+def next_beside(iterator: Any, closer: Closer) -> Any:
+    """next(iterator) on a consumer thread while `closer` runs; what it returned ("ended" at the end)."""
+    outcome: list[Any] = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(iterator, "ended")), name="consumer")
+    consumer.start()
+    consumer.join(15)
+    closer.thread.join(15)
+    assert not consumer.is_alive(), "next() hangs"
+    assert not closer.thread.is_alive(), "close() hangs"
+    return outcome[0]
+
+
+@repeated
+@pytest.mark.parametrize("device", [False, True])
+def test_close_from_another_thread_while_the_engine_starts(
+    device: bool, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer's first next() is making the engine when close() comes: close() waits
+    for it and closes it (no thread outlives close()), and that next() ends the iteration."""
+    kwargs: dict[str, Any] = {"device_put": DevicePut()} if device else {}
+    iterator = iter(
+        DataLoader(
+            data_source=ReadsOnceClosed(lambda: iterator._cursor.closed),
+            sampler=IndexSampler(1000, num_epochs=1),
+            operations=[Batch(4)],
+            worker_count=2,
+            **kwargs,
+        )
+    )
+    closer, make = Closer(iterator), iterators.sync_engine
+
+    def starting(*args: Any) -> Any:
+        closer.begin()  # while the engine is being made
+        engine = make(*args)
+        closer.after([t.name for t in aioloader_threads()])
+        return engine
+
+    monkeypatch.setattr(iterators, "sync_engine", starting)
+    assert next_beside(iterator, closer) == "ended", "an output came after close()"
+    assert closer.late == [[]], "threads ran on after close() returned"
+    assert_all_joined()
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_from_another_thread_as_outputs_arrive(
+    workers: int, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() comes as the consumer's next() takes in the outputs the engine gave it: either
+    they were taken in before (that next() returns the first), or they are dropped; never
+    taken in after close() returned."""
+    iterator = iter(reads_loader(Reads(0.0), workers))
+    closer, load = Closer(iterator), iterators._Cursor.load
+
+    def arriving(cursor: Any, *args: Any) -> Any:
+        closer.begin()
+        closer.after("outputs taken in after close() returned")
+        return load(cursor, *args)
+
+    monkeypatch.setattr(iterators._Cursor, "load", arriving)
+    got = next_beside(iterator, closer)
+    assert closer.late == [[]]
+    assert got.tolist() == wanted_batches(Reads(0.0), 1)[0]
+    assert_all_joined()
 
 
 @repeated

@@ -203,6 +203,7 @@ class AsyncInlineEngine:
 
 
 E = TypeVar("E", SyncEngine, AsyncEngine)
+T = TypeVar("T")
 
 
 class EngineHolder(Generic[E]):
@@ -228,6 +229,12 @@ class EngineHolder(Generic[E]):
             if self.engine is None:
                 self.engine = make()
             return self.engine
+
+    def unless_closed(self, act: Callable[[], T]) -> T | None:
+        """`act()`, or None once closed: a `take()` (a close from any thread) comes wholly
+        before or after it, so what `act` hands over is never handed over after a close."""
+        with self._lock:
+            return None if self.closed else act()
 
     def reopen(self) -> None:
         """Let `open` make an engine again (`set_state`)."""

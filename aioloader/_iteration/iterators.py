@@ -79,6 +79,15 @@ class _Cursor(Generic[E]):
         self.current = iter(self.items)
         return self.current
 
+    def load_unless_closed(self, found: tuple[Outputs, int] | None) -> Iterator[Any] | None:
+        """`load(*found)`, unless `found` is None (the end) or the iterator was closed
+        meanwhile, from any thread: then None. Loaded under the holder's lock, so a
+        `next()` still pending when `close()` returned never returns an output."""
+        if found is None:
+            return None
+        outputs, weight = found
+        return self.holder.unless_closed(lambda: self.load(outputs, weight))
+
     def finish_outputs(self) -> int:
         """Let go of the current `Outputs`, all delivered; return their weight, to release.
 
@@ -228,10 +237,10 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
             except BaseException:
                 _close(cursor.stop())  # KeyboardInterrupt while waiting, or a bug: stop every thread
                 raise
-            if found is None or cursor.closed:
+            items = cursor.load_unless_closed(found)
+            if items is None:
                 _close(cursor.stop())
                 return
-            items = cursor.load(*found)
             del found, engine  # while suspended, this frame must hold nothing but the items' iterator
             yield items
     finally:
@@ -285,10 +294,11 @@ class AsyncDataLoaderIterator:
             except BaseException:
                 await self.aclose()
                 raise
-            if found is None or cursor.closed:  # the end, or aclose() while we waited
+            items = cursor.load_unless_closed(found)
+            if items is None:  # the end, or aclose() while we waited
                 await self.aclose()
                 raise StopAsyncIteration
-            for output in cursor.load(*found):
+            for output in items:
                 return output
 
     def _make_engine(self, spec: LoaderSpec, position: Position) -> AsyncEngine:
