@@ -31,21 +31,37 @@ RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 _closers = itertools.count()
 
 
+# How long `join` waits, past its timeout, for a worker still making its runner:
+# a subinterpreter's start cannot be interrupted (a second or more on a busy
+# machine), and only its thread may destroy it.
+STARTING_SECONDS = 30.0
+
+
 class WorkerThreads:
     """`count` daemon threads named `{name}-{i}` working for `scheduler`."""
 
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
         self._scheduler, self._make_runner = scheduler, make_runner
+        self._started = [threading.Event() for _ in range(count)]  # runner made, or the worker ended
         self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
+            threading.Thread(target=self._work, args=(started,), name=f"{name}-{i}", daemon=True)
+            for i, started in enumerate(self._started)
         ]
         for thread in self._threads:
             thread.start()
 
-    def _work(self) -> None:
+    def _work(self, started: threading.Event) -> None:
+        try:
+            self._work_with_a_runner(started)
+        finally:
+            started.set()
+
+    def _work_with_a_runner(self, started: threading.Event) -> None:
         scheduler = self._scheduler
         try:
+            scheduler.program.shutdown.check()  # closed already: make nothing
             with self._make_runner() as run:
+                started.set()
                 while (work := scheduler.next_work()) is not None:
                     work.run_segment(run)
                     scheduler.advance(work)
@@ -62,11 +78,19 @@ class WorkerThreads:
         return any(thread.is_alive() for thread in self._threads)
 
     def join(self, timeout: float = 2.0) -> bool:
-        """Wait for the workers to end (close the scheduler first); True if all did in `timeout`."""
+        """Wait for the workers to end (close the scheduler first); True if all did.
+
+        `timeout` bounds the wait for a worker in a read or a call of user code;
+        one still making its runner is waited for until it has made it and let
+        it go (`STARTING_SECONDS` at most), so that no subinterpreter outlives
+        `close()`.
+        """
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        for thread, started in zip(self._threads, self._started, strict=True):
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive() and not started.is_set():
+                    thread.join(STARTING_SECONDS)
         return not self.alive()
 
 
