@@ -260,7 +260,21 @@ def first_error(iterator: Iterator[Any]) -> tuple[list[Any], BaseException]:
     return drain(iterator, BaseException)
 
 
-HOSTILE = [(StopIteration, RuntimeError), (SystemExit, SystemExit), (KeyError, KeyError)]
+HOSTILE = [(StopIteration, RuntimeError), (KeyError, KeyError)]
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("after_mix", [False, True], ids=["in a part", "after a mix"])
+def test_interrupts_in_a_map_stop_the_iterator_at_once(kind: type[BaseException], after_mix: bool) -> None:
+    # Not the data's errors (as in the DataLoader): they reach the consumer as they
+    # are, and nothing after them is delivered.
+    ds = al.MapDataset.range(20).to_iter_dataset()
+    if after_mix:
+        ds = al.IterDataset.mix([ds])
+    got, error = first_error(iter(ds.map(HostileMap(kind)).prefetch(2)))
+    assert [int(x[0]) for x in got] == list(range(len(got)))
+    assert len(got) <= 5
+    assert type(error) is kind
 
 
 @pytest.mark.parametrize(("kind", "raised"), HOSTILE, ids=lambda k: getattr(k, "__name__", ""))

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from aioloader._common.failures import USER_ERRORS, stop_iteration_error
+from aioloader._common.calls import stray_stop
 from aioloader._common.validation import require_bool, require_int
 from aioloader._dataset.base import require_seed
 from aioloader._dataset.functions import add_note, resolve
@@ -161,10 +161,10 @@ class _CountingStage(Stage[Any]):
         try:
             return function(*args)
         except StopIteration as error:
-            wrapped = stop_iteration_error(self._label)
+            wrapped = stray_stop(error, self._label)
             add_note(wrapped, self._label, self._taken - 1)
             raise wrapped from error
-        except USER_ERRORS as error:
+        except Exception as error:
             add_note(error, self._label, self._taken - 1)
             raise
 

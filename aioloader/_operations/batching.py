@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aioloader._common.failures import USER_ERRORS, Failure
+from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
@@ -149,7 +149,7 @@ class BatchRun(Run):
         for b, group in enumerate(plan.groups):
             try:
                 self.items.append(combine(group))
-            except USER_ERRORS as error:
+            except Exception as error:
                 self.failure = self.blame(b, error, "Batch" if batch.batch_fn is None else "Batch.batch_fn")
                 break
 
