@@ -18,6 +18,7 @@ from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import Kind, Operations, compile_operations
 from aioloader._program.program import Program
 from aioloader._sampling.sampler import SamplerBase
+from aioloader._sampling.sharding import ShardOptions, check_shard_options
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
 
@@ -45,9 +46,26 @@ class DataLoader:
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
     called from the worker threads, so it must be stateless or thread-safe).
-    The loader reads the sampler's shard as Grain's `DataLoader` does (see
-    `aioloader._sampling.walk`); a `RandomMapTransform` needs a sampler with
-    a seed.
+    A `RandomMapTransform` needs a sampler with a seed.
+
+    `shard_options` is Grain's: which of the sampler's global indices this
+    loader reads. Shard `i` of `n` reads indices `i, i + n, i + 2n, ...`
+    (`len(sampler) // n` of them; see `aioloader._sampling.walk`). None, the
+    default, takes the sampler's own `shard_options` (as Grain does; a
+    sampler without one is read unsharded, where Grain raises). Given, it
+    wins over the sampler's for the walk, while the sampler still maps each
+    index to a record with its own: as in Grain, give both the same options.
+
+    How far ahead the pipeline runs: with `worker_count=0`, at most one chunk
+    of records (cut from `read_options.prefetch_buffer_size`) is being worked
+    on. With workers, `read_options.prefetch_buffer_size` records read but
+    not yet delivered, plus `worker_buffer_size` finished outputs per worker
+    (Grain's "output batches to produce in advance per worker"), make one
+    bound, counted in records: `prefetch_buffer_size + worker_count *
+    worker_buffer_size * records_per_output` (the batch size, or 1 without
+    `Batch`). aioloader's workers share that bound rather than each having
+    their own, since they share one ordered output. Both at 0 means one chunk
+    at a time.
     """
 
     def __init__(
@@ -57,16 +75,20 @@ class DataLoader:
         sampler: Any,
         operations: Sequence[Any] = (),
         worker_count: int = 0,
-        executor: str = "thread",
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
+        executor: str = "thread",
         device_put: DevicePut | None = None,
     ) -> None:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
         self.operations = compile_operations(operations)
-        self.walk = Walk(sampler)
+        self.shard_options = None if shard_options is None else check_shard_options(shard_options)
+        self.walk = Walk(sampler, self.shard_options)
         _check_seed_for_random_ops(self.walk, self.operations)
         self.worker_count = require_int("worker_count", worker_count, minimum=0)
+        self.worker_buffer_size = require_int("worker_buffer_size", worker_buffer_size, minimum=0)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
         if read_options is not None and not isinstance(read_options, ReadOptions):
@@ -86,6 +108,7 @@ class DataLoader:
                 Program, self.data_source, self.walk, self.operations, self.read_options.num_threads
             ),
             read_options=self.read_options,
+            window=self._window(),
             worker_count=self.worker_count,
             executor=self.executor,
             device_put=self.device_put,
@@ -96,6 +119,13 @@ class DataLoader:
             },
             length=self.walk.length,
         )
+
+    def _window(self) -> int:
+        """The records the threaded pipeline may hold ahead of the consumer (see the class)."""
+        batch = self.operations.batch
+        per_output = 1 if batch is None else batch.batch_size
+        ahead = self.worker_count * self.worker_buffer_size * per_output
+        return self.read_options.prefetch_buffer_size + ahead
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(self._spec)

@@ -20,14 +20,16 @@ from typing import Generic, Protocol, TypeVar
 
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
-from aioloader._executors.inline import arun_inline, inline_steps, run_inline
+from aioloader._executors.inline import Steps, arun_inline, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
+from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
 from aioloader._program.read_pool import ReadPool
+from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
 
 
@@ -79,9 +81,10 @@ class ThreadedEngine:
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, loop: asyncio.AbstractEventLoop | None) -> None:
-        self._read_pool = ReadPool(spec.read_options.num_threads)
+        threads = spec.read_options.num_threads
+        self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
         program = spec.program(self._read_pool)
-        self.scheduler = Scheduler(program, position, spec.read_options, spec.worker_count)
+        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         if self.scheduler.needs_async_runner:
@@ -108,10 +111,14 @@ class ThreadedEngine:
         if self._segments is not None:
             self._segments.cancel()
 
+    def _close_read_pool(self) -> None:
+        if self._read_pool is not None:
+            self._read_pool.close()
+
     def close(self) -> None:
         """Stop everything and join every thread (any thread may call it)."""
         self._stop()
-        self._read_pool.close()
+        self._close_read_pool()
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
@@ -120,17 +127,21 @@ class ThreadedEngine:
         """`close` on the consumer's loop: waits for the workers without blocking it
         (the read pool's threads end with the reads in flight: a few milliseconds)."""
         self._stop()
-        self._read_pool.close()
+        self._close_read_pool()
         deadline = time.monotonic() + 2.0
         while self._workers.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.001)
 
 
 class InlineEngine:
-    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
+    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks.
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
+    With `prefetch` (`start_prefetch()`), the first chunk's records are read
+    on other threads until the first `next()` asks for them (see `EarlyRead`).
+    """
+
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
+        steps, self._early = _inline(spec, position, prefetch)
         self._outputs = run_inline(steps)
         self._device_put = spec.device_put
 
@@ -145,13 +156,15 @@ class InlineEngine:
 
     def close(self) -> None:
         self._outputs.close()
+        if self._early is not None:
+            self._early.close()
 
 
 class AsyncInlineEngine:
     """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
+        steps, self._early = _inline(spec, position, prefetch)
         self._outputs = arun_inline(steps)
         self._device_put = spec.device_put
 
@@ -166,10 +179,28 @@ class AsyncInlineEngine:
         pass
 
     def close(self) -> None:
-        pass  # no threads; the loop finalises the async generator
+        # No threads but the early read's; the loop finalises the async generator.
+        if self._early is not None:
+            self._early.close()
 
     async def aclose(self) -> None:
         await self._outputs.aclose()
+        if self._early is not None:
+            await asyncio.to_thread(self._early.close)  # joins its threads without blocking the loop
+
+
+def _inline(spec: LoaderSpec, position: Position, prefetch: bool) -> tuple[Steps, EarlyRead | None]:
+    """The inline driver's steps from `position`, and with `prefetch` the first chunk's
+    early read (when reads may run ahead: both `ReadOptions` above 0, a sync source)."""
+    program = spec.program(None)
+    buffer = spec.read_options.prefetch_buffer_size
+    if not (prefetch and spec.read_options.reads_ahead):
+        return inline_steps(program, position, buffer), None
+    batch = program.operations.batch
+    first = 1 if batch is None else batch.batch_size  # the records of the first output
+    job = plan_chunks(program, position, buffer, first)[0].next_job()
+    early = None if job is None else program.read_early(job, spec.read_options.num_threads)
+    return inline_steps(program, position, buffer, first), early
 
 
 E = TypeVar("E", SyncEngine, AsyncEngine)
@@ -189,17 +220,21 @@ class EngineHolder(Generic[E]):
             interrupts.unwatch(engine)
 
 
-def sync_engine(spec: LoaderSpec, position: Position) -> SyncEngine:
-    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
+def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> SyncEngine:
+    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C).
+
+    Threads start working at once; `prefetch` makes the inline engine read
+    its first chunk early (see `InlineEngine`).
+    """
     if spec.worker_count == 0:
-        return InlineEngine(spec, position)
+        return InlineEngine(spec, position, prefetch)
     return _threaded(spec, ThreadedEngine(spec, position, None))
 
 
-def async_engine(spec: LoaderSpec, position: Position) -> AsyncEngine:
-    """The engine for `async for`, on the running loop."""
+def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
+    """The engine for `async for`, on the running loop (`prefetch` as for `sync_engine`)."""
     if spec.worker_count == 0:
-        return AsyncInlineEngine(spec, position)
+        return AsyncInlineEngine(spec, position, prefetch)
     return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
 
 

@@ -15,10 +15,11 @@ hint.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import operator
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, cast
 
@@ -80,6 +81,12 @@ class _Cursor(Generic[E]):
         weight, self.weight = self.weight, 0
         return weight
 
+    def prefetch(self, make: Callable[[LoaderSpec, Position, bool], E]) -> None:
+        """Make the engine now with `make(spec, position, prefetch=True)`, unless there is
+        one already or the iterator is closed."""
+        if not self.closed and self.holder.engine is None:
+            self.holder.engine = make(self.spec, self.position(), True)
+
     def take_failure(self) -> BaseException | None:
         failure, self.failure = self.failure, None
         return None if failure is None else failure.error
@@ -136,6 +143,18 @@ class DataLoaderIterator(itertools.chain[Any]):
     def next(self) -> Any:
         """The next output (as `next(iterator)`)."""
         return next(self)
+
+    def start_prefetch(self) -> None:
+        """Start filling the pipeline now, before the first `next()`, as Grain's does.
+
+        With workers, they start reading and transforming; with
+        `worker_count=0`, the records of the first output are read on other
+        threads (the operations still run in the caller's thread, at
+        `next()`). Nothing starts when `ReadOptions` allow no read-ahead
+        there (a 0), for an async source there, once the pipeline runs, or
+        on a closed iterator. Idempotent; never changes the outputs.
+        """
+        self._cursor.prefetch(sync_engine)
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
@@ -250,6 +269,18 @@ class AsyncDataLoaderIterator:
                 raise StopAsyncIteration
             for output in cursor.load(*found):
                 return output
+
+    def start_prefetch(self) -> None:
+        """As `DataLoaderIterator.start_prefetch`; call it on the loop that iterates
+        (in a coroutine): with workers, asynchronous steps run on that loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncDataLoaderIterator.start_prefetch() must be called on the event loop that "
+                "iterates it (from a coroutine); no event loop is running in this thread."
+            ) from None
+        self._cursor.prefetch(async_engine)
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,

@@ -23,11 +23,13 @@ class LoaderSpec:
     `program(read_pool)` makes a fresh `Program` for one engine (engines with
     worker threads hand it their `ReadPool`); `description` identifies the
     pipeline's output in every state; `length` is the sampler's length (None
-    when it repeats forever).
+    when it repeats forever); `window` bounds the records the threaded
+    pipeline holds ahead of the consumer (see `DataLoader`).
     """
 
     program: Callable[[ReadPool | None], Program]
     read_options: ReadOptions
+    window: int
     worker_count: int
     executor: str
     device_put: DevicePut | None

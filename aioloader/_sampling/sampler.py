@@ -33,7 +33,7 @@ import numpy as np
 from aioloader._common.validation import require_bool, require_int
 from aioloader._sampling.index_shuffle import index_shuffle_array
 from aioloader._sampling.metadata import RecordMetadata
-from aioloader._sampling.sharding import NoSharding, ShardOptions
+from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 
 _SEED_LIMIT = 2**32  # Grain: "Seed should be positive 32-bit integer."
 
@@ -95,7 +95,7 @@ class IndexSampler(SamplerBase):
         seed: int | None = None,
     ) -> None:
         self.num_records = require_int("num_records", num_records, minimum=1)
-        self.shard_options = _check_shard_options(shard_options)
+        self.shard_options = check_shard_options(shard_options)
         self.shuffle = require_bool("shuffle", shuffle)
         self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
         self.seed = _check_seed(seed, shuffle)
@@ -158,7 +158,7 @@ class SequentialSampler(SamplerBase):
         seed: int | None = None,
     ) -> None:
         self.num_records = require_int("num_records", num_records, minimum=1)
-        self.shard_options = _check_shard_options(shard_options)
+        self.shard_options = check_shard_options(shard_options)
         self.seed = None if seed is None else require_int("seed", seed, minimum=0)
         count = self.shard_options.shard_count
         self.length = num_records // count * count if self.shard_options.drop_remainder else num_records
@@ -168,12 +168,6 @@ class SequentialSampler(SamplerBase):
 
     def __repr__(self) -> str:
         return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options!r})"
-
-
-def _check_shard_options(shard_options: Any) -> ShardOptions:
-    if not isinstance(shard_options, ShardOptions):
-        raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
-    return shard_options
 
 
 def _check_seed(seed: Any, shuffle: bool) -> int | None:

@@ -94,11 +94,17 @@ class Walk:
         return Walked(keys, indices, rngs)
 
     def describe(self) -> dict[str, Any]:
-        """What identifies the walk's output, for checkpoint states."""
-        if self._own:
-            described: dict[str, Any] = self.sampler.describe()
-            return described
-        return {"type": type(self.sampler).__qualname__, "repr": repr(self.sampler), "shard": self.shard}
+        """What identifies the walk's output, for checkpoint states.
+
+        For aioloader's samplers, the sampler's description, and the walk's
+        shard only where the loader's `shard_options` differ from the sampler's.
+        """
+        if not self._own:
+            return {"type": type(self.sampler).__qualname__, "repr": repr(self.sampler), "shard": self.shard}
+        described: dict[str, Any] = self.sampler.describe()
+        if self.shard != described["shard"][:2]:
+            described["walk"] = self.shard
+        return described
 
     @property
     def makes_rngs_from_seed(self) -> bool:
