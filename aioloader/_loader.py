@@ -13,10 +13,12 @@ from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
 from aioloader._executors.interpreter.executor import check_interpreter_executor
+from aioloader._iteration.grain_state import grain_names
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import Kind, Operations, compile_operations
 from aioloader._program.program import Program
+from aioloader._program.read_pool import ReadPool
 from aioloader._sampling.sampler import SamplerBase
 from aioloader._sampling.sharding import ShardOptions, check_shard_options
 from aioloader._sampling.walk import Walk
@@ -104,9 +106,10 @@ class DataLoader:
 
     def _make_spec(self) -> LoaderSpec:
         return LoaderSpec(
-            program=functools.partial(
-                Program, self.data_source, self.walk, self.operations, self.read_options.num_threads
+            make_program=functools.partial(
+                self._program, self.data_source, self.operations, self.read_options
             ),
+            walk=self.walk,
             read_options=self.read_options,
             window=self._window(),
             worker_count=self.worker_count,
@@ -117,8 +120,15 @@ class DataLoader:
                 "data_source": describe_source(self.data_source),
                 "operations": self.operations.describe(),
             },
+            grain=grain_names(self.sampler, self.data_source, self.walk.shard),
             length=self.walk.length,
         )
+
+    @staticmethod
+    def _program(
+        source: Any, operations: Operations, options: ReadOptions, walk: Walk, read_pool: ReadPool | None
+    ) -> Program:
+        return Program(source, walk, operations, options.num_threads, read_pool)
 
     def _window(self) -> int:
         """The records the threaded pipeline may hold ahead of the consumer (see the class)."""

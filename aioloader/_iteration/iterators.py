@@ -28,8 +28,9 @@ from aioloader._common.positions import Position
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._iteration.state import make_state, read_state
+from aioloader._iteration.state import dump_state, load_state
 from aioloader._program.jobs import Outputs
+from aioloader._sampling.leftovers import Detour, Leftovers
 
 _EMPTY: list[Any] = []
 
@@ -38,7 +39,8 @@ class _Cursor(Generic[E]):
     """The `Outputs` being delivered, where the consumer is, and the engine."""
 
     def __init__(self, spec: LoaderSpec) -> None:
-        self.spec = spec
+        self.loader_spec = self.spec = spec  # `spec` is the loader's, or resumed with a detour
+        self.detour: Detour | None = None  # after a Grain state that left records behind
         self.closed = False
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.holder: EngineHolder[E] = EngineHolder()
@@ -100,16 +102,24 @@ class _Cursor(Generic[E]):
         self.finish_outputs()
         self.holder.close()
 
-    def get_state(self) -> dict[str, Any]:
-        return make_state(self.position(), self.spec.description)
+    def get_state(self) -> bytes:
+        index, skip_elements, skip_outputs = self.position()
+        detour = self.detour
+        starts = None
+        if detour is not None:
+            index, starts = detour.true_index(index), list(detour.leftovers.starts)
+        spec = self.loader_spec
+        return dump_state((index, skip_elements, skip_outputs), starts, spec.description, spec.grain)
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        position = read_state(state, self.spec.description)
-        length = self.spec.length
-        if length is not None and position[0] > length:
-            raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        spec = self.loader_spec
+        position, starts = load_state(state, spec.description, spec.grain, spec.length)
+        if spec.length is not None and position[0] > spec.length:
+            raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {spec.length}.")
+        detour = None if starts is None else Detour(Leftovers(starts), position[0])
         self.stop()
-        self.reset(position)
+        self.spec, self.detour = spec.resumed(detour), detour
+        self.reset(position if detour is None else (detour.first, position[1], position[2]))
         self.closed = False
 
 
@@ -156,13 +166,19 @@ class DataLoaderIterator(itertools.chain[Any]):
         """
         self._cursor.prefetch(sync_engine)
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`: what `get_state` of a loader with the same pipeline
+        returned (bytes; the dicts of earlier versions too), or what Grain 0.2.18's
+        own DataLoader iterator saved for the same sampler and source, with any
+        `worker_count`. Every record Grain had not delivered comes next, each once,
+        in aioloader's order (after a state of several Grain workers, those they
+        left behind their furthest come first, in order).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again, as long as it has not
@@ -282,13 +298,14 @@ class AsyncDataLoaderIterator:
             ) from None
         self._cursor.prefetch(async_engine)
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`, as `DataLoaderIterator.set_state` (Grain's states too).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again. A state from another
