@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 # The examples import each other as scripts do (train_async: `from train import ...`).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "examples"))
 import train
 
 
