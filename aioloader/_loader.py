@@ -6,6 +6,7 @@ What the iterators need of it is a frozen `LoaderSpec`, built here once.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,8 @@ class DataLoader:
     `get_state()` / `set_state()` checkpoint and resume it.
 
     `worker_count=0` runs everything in the caller's thread (the debug mode);
-    `worker_count=N` runs reads and operations on N worker threads, each with
+    `worker_count=None` means one worker per CPU (`os.cpu_count()`), as in
+    Grain; `worker_count=N` runs reads and operations on N worker threads, each with
     its own deep copy of the operations. With `executor="interpreter"` (CPython
     3.13+), each worker thread runs the per-record maps, filters and flat-maps
     (and the reads of a small picklable source) in its own isolated
@@ -76,7 +78,7 @@ class DataLoader:
         data_source: Any,
         sampler: Any,
         operations: Sequence[Any] = (),
-        worker_count: int = 0,
+        worker_count: int | None = 0,
         worker_buffer_size: int = 1,
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
@@ -89,7 +91,9 @@ class DataLoader:
         self.shard_options = None if shard_options is None else check_shard_options(shard_options)
         self.walk = Walk(sampler, self.shard_options)
         _check_seed_for_random_ops(self.walk, self.operations)
-        self.worker_count = require_int("worker_count", worker_count, minimum=0)
+        # None: Grain's "let the backend choose", one worker per CPU.
+        count = (os.cpu_count() or 1) if worker_count is None else worker_count
+        self.worker_count = require_int("worker_count", count, minimum=0)
         self.worker_buffer_size = require_int("worker_buffer_size", worker_buffer_size, minimum=0)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any
 
@@ -237,3 +238,11 @@ def test_shard_options_give_grains_batches(sampler_shard: Any, loader_shard: Any
     wanted = batches(gp, list(range(23)))
     assert wanted
     assert_same_outputs(batches(al, al.RangeDataSource(0, 23)), wanted)
+
+
+def test_worker_count_none_is_one_worker_per_cpu_as_in_grain() -> None:
+    loader = al.DataLoader(
+        data_source=al.RangeDataSource(0, 9), sampler=al.SequentialSampler(9), worker_count=None
+    )
+    assert loader.worker_count == (os.cpu_count() or 1)
+    assert list(loader) == list(range(9))
