@@ -14,7 +14,7 @@ from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
 from aioloader._executors.interpreter.executor import check_interpreter_executor
-from aioloader._iteration.grain_state import grain_names
+from aioloader._iteration.grain_state import GrainNames
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import Kind, Operations, compile_operations
@@ -124,7 +124,7 @@ class DataLoader:
                 "data_source": describe_source(self.data_source),
                 "operations": self.operations.describe(),
             },
-            grain=grain_names(self.sampler, self.data_source, self.walk.shard),
+            grain=GrainNames(self.sampler, self.data_source, self.walk.shard),
             length=self.walk.length,
         )
 

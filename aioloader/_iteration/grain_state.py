@@ -21,8 +21,8 @@ and until the walk passes their furthest, the form of that many workers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,20 +33,25 @@ GRAIN_VERSION = 2  # Grain's `_CHECKPOINT_VERSION_NUMBER`
 _SHOWN = 200  # the most of a source's repr written into a state (Grain writes all of it)
 
 
-@dataclass(frozen=True)
 class GrainNames:
-    """What Grain's fields name for a loader: its sampler's repr, the reprs its source
-    may have had under Grain, and the loader's shard `[shard_index, shard_count]`."""
+    """What Grain's fields name for a loader: its sampler's `repr`, its source (whose
+    `repr` is taken only when a state needs it: it may be long, as an in-memory
+    source's is), and the loader's shard `(shard_index, shard_count)`."""
 
-    sampler: str
-    sources: tuple[str, ...]
-    shard: tuple[int, int]
+    def __init__(self, sampler: Any, source: Any, shard: list[int]) -> None:
+        self.sampler = repr(sampler)
+        self._source = source
+        self.shard = (shard[0], shard[1])
 
-    @property
+    @functools.cached_property
     def source(self) -> str:
-        """The source's name as written (Grain's, cut short if long)."""
-        name = self.sources[0]
+        """The source's name as written: Grain's, cut short if long (Grain writes all of it)."""
+        name = _source_names(self._source)[0]
         return name if len(name) <= _SHOWN else name[: _SHOWN - 3] + "..."
+
+    def is_source(self, name: Any) -> bool:
+        """True when a Grain state's `data_source` names this loader's source."""
+        return name in _source_names(self._source)
 
 
 def grain_fields(index: int, starts: list[int] | None, names: GrainNames) -> dict[str, Any]:
@@ -98,7 +103,7 @@ def _check_names(document: dict[str, Any], names: GrainNames) -> None:
             f"`state` was saved by Grain with another sampler: {document.get('sampler')!r}, but this "
             f"loader's sampler is {names.sampler!r} (Grain compares reprs too)."
         )
-    if document.get("data_source") not in names.sources:
+    if not names.is_source(document.get("data_source")):
         raise ValueError(
             f"`state` was saved by Grain with another data_source: {document.get('data_source')!r:.300}, "
             f"but this loader's is {names.source!r} (Grain compares reprs too)."
@@ -143,11 +148,6 @@ def normalized(index: int, starts: list[int] | None) -> list[int] | None:
     firsts = [index + (w - index) % width for w in range(width)]  # each worker's first position >= index
     moved = [max(start, first) for start, first in zip(starts, firsts, strict=True)]
     return moved if moved != firsts else None
-
-
-def grain_names(sampler: Any, source: Any, shard: list[int]) -> GrainNames:
-    """The names Grain's fields give a loader of `sampler` and `source` reading `shard`."""
-    return GrainNames(repr(sampler), _source_names(source), (shard[0], shard[1]))
 
 
 def _source_names(source: Any) -> tuple[str, ...]:
