@@ -179,11 +179,18 @@ def test_state_from_another_pipeline_is_rejected(other: Any, part: str) -> None:
     ],
     ids=["version", "string", "negative-index", "past-the-end"],
 )
-def test_malformed_states_are_rejected(mutate: Any, message: str) -> None:
+@pytest.mark.parametrize("form", ["bytes", "dict"])
+def test_malformed_states_are_rejected(mutate: Any, message: str, form: str) -> None:
+    # "bytes": aioloader's part spoiled inside the JSON document get_state() returns;
+    # "dict": the part alone, as get_state() returned it before states were bytes.
     loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=SequentialSampler(20))
-    state = json.loads(iter(loader).get_state())["aioloader"]
-    with pytest.raises(ValueError, match=message):
-        iter(loader).set_state(mutate(state))
+    document = json.loads(iter(loader).get_state())
+    spoiled = mutate(document["aioloader"])
+    state = json.dumps({**document, "aioloader": spoiled}).encode() if form == "bytes" else spoiled
+    with iter(loader) as iterator:
+        with pytest.raises(ValueError, match=message):
+            iterator.set_state(state)
+        assert list(iterator) == list(range(20)), "a refused state leaves the iterator where it was"
 
 
 # States exactly as get_state() wrote them before the package moved into
