@@ -55,8 +55,10 @@ class ArrayRecordDataSource:
     HighwayHash of each block header, chunk header and chunk data) before
     it uses the bytes, so a changed byte anywhere in a file is a ValueError
     naming the file, the chunk, its records and the offset, never other
-    records. `verify_checksums=False` skips the hashes (for storage you
-    trust: they cost about as much as reading, more for large chunks); sizes
+    records. The hash is C, compiled on first use (NumPy, a few hundred
+    times slower, with a warning, where no C compiler works; see the
+    README's "Damaged files"). `verify_checksums=False` skips the hashes
+    (for storage you trust: they add about 15% to a read); sizes
     and counts are still checked, so a truncated or foreign file is still an
     error. `array_record`'s reader verifies the chunk header and chunk data
     hashes itself, whatever `verify_checksums` says. Files are checked when
