@@ -18,7 +18,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, FilterTransform, FlatMapTransform, IndexSampler, ReadOptions
 from tests.conftest import repeated
-from tests.support.tracked import Ledger, Tracked, TrackedSource
+from tests.support.tracked import Ledger, Tracked, TrackedSource, bound
 
 
 class KeepTwoThirds(FilterTransform):
@@ -74,11 +74,6 @@ def loader(operations: list[Any], workers: int, window: int, worker_buffer_size:
         worker_buffer_size=worker_buffer_size,
         read_options=ReadOptions(prefetch_buffer_size=window),
     )
-
-
-def bound(window: int, workers: int, per_output: int = 1, worker_buffer_size: int = 1) -> int:
-    """`DataLoader`'s bound: the prefetch buffer, plus each worker's finished outputs."""
-    return window + workers * worker_buffer_size * per_output
 
 
 @repeated
