@@ -1,4 +1,5 @@
-"""Shared test setup: the interpreter banner, JAX's CPU devices, repetition, thread checks."""
+"""Shared test setup: the interpreter banner, JAX's CPU devices, repetition, thread checks,
+and the S3 server on loopback (see tests/object_store.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,22 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.object_store import FaultProxy, S3Place, serve
+from tools.seaweedfs import SeaweedServer
+
 # Eight CPU devices for the sharding tests; must be set before JAX starts.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+# The object-storage tests reach only the server on 127.0.0.1 that they start:
+# no credentials, endpoint or config of the person running them, and no
+# instance-metadata lookup (which would leave the machine).
+for _name in [name for name in os.environ if name.startswith("AWS_")]:
+    del os.environ[_name]
+os.environ |= {
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
@@ -57,3 +72,29 @@ def no_leftover_threads() -> Iterator[None]:
     yield
     leftover = wait_for_no_threads(2.0)
     assert not leftover, f"threads still alive 2 s after the test: {[t.name for t in leftover]}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """SeaweedFS on 127.0.0.1, once per session (tests skip where `weed` cannot run)."""
+    yield from serve(tmp_path_factory.mktemp("seaweedfs"))
+
+
+@pytest.fixture
+def s3(s3_server: SeaweedServer) -> S3Place:
+    """A fresh folder in the session's bucket."""
+    return S3Place(s3_server)
+
+
+@pytest.fixture
+def fault_proxy(s3_server: SeaweedServer) -> Iterator[FaultProxy]:
+    """A proxy in front of the session's server that counts requests and fails them on demand."""
+    proxy = FaultProxy(("127.0.0.1", s3_server.s3_port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def restartable_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A server of the module's own, that its tests may stop and start again (`restart()`)."""
+    yield from serve(tmp_path_factory.mktemp("seaweedfs-faults"))
