@@ -61,6 +61,11 @@ class ByteBoundedCache(Generic[V]):
         self._keep(key, value)
         return value
 
+    def contains(self, key: Hashable) -> bool:
+        """Whether `key` is held now (it may leave at any time; no hit or miss is counted)."""
+        with self._lock:
+            return key in self._entries
+
     def _keep(self, key: Hashable, value: V) -> None:
         size = value.nbytes
         if size > self.max_bytes:

@@ -9,6 +9,7 @@ memory bound, and a batch of keys decodes each row group it touches once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,8 @@ from aioloader._common.validation import require_int
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.keys import KeyIndex, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
+from aioloader._sources.storage.blobs import Blob, BlobFile, open_blob, read_spans
+from aioloader._sources.storage.store import StorageStatistics, open_all, open_store, statistics_of
 
 DEFAULT_CACHE_BYTES = 256 << 20
 
@@ -38,25 +41,46 @@ class ParquetDataSource:
     A file that is not Parquet, or lacks a requested column, is rejected
     when the source is made, with its name.
 
+    `paths` may be `s3://bucket/key` URLs (and globs of them, expanded in
+    sorted order), reached with `storage_options` (see the README; the
+    AWS_* environment variables otherwise). Each file's footer is read
+    once, when the source is made (the files concurrently); `__getitems__`
+    then fetches the column chunks of every row group its keys need and
+    the cache lacks at once, in one round of concurrent range requests.
+
     Thread-safe: each decode opens its own reader, and the cache is locked.
     """
 
     def __init__(
-        self, paths: Any, columns: Sequence[str] | None = None, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+        self,
+        paths: Any,
+        columns: Sequence[str] | None = None,
+        *,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         import pyarrow.parquet as pq  # an optional dependency: `pip install 'aioloader[parquet]'`
 
         self._pq = pq
-        self.paths = require_paths(paths)
+        self.paths, self._store = open_store(require_paths(paths), storage_options)
         self.columns = _require_columns(columns)
-        self._metadata = [_read_metadata(pq, path, self.columns) for path in self.paths]
+        self._cache: ByteBoundedCache[_RowGroup] = ByteBoundedCache(
+            require_int("cache_bytes", cache_bytes, minimum=0)
+        )
+        # With s3:// URLs every file is read as a blob, through file objects over the bytes fetched.
+        self._blobs: list[Blob] = []
+        try:
+            if self._store is not None:
+                opener = partial(open_blob, store=self._store)
+                self._blobs = open_all(self.paths, self._store, opener, close=_close)
+            self._metadata = open_all(range(len(self.paths)), self._store, self._read_metadata)
+        except BaseException:
+            self.close()
+            raise
         self._row_groups = [
             (f, g) for f, meta in enumerate(self._metadata) for g in range(meta.num_row_groups)
         ]
         self._index = KeyIndex([self._metadata[f].row_group(g).num_rows for f, g in self._row_groups])
-        self._cache: ByteBoundedCache[_RowGroup] = ByteBoundedCache(
-            require_int("cache_bytes", cache_bytes, minimum=0)
-        )
 
     def __len__(self) -> int:
         return self._index.total
@@ -68,27 +92,84 @@ class ParquetDataSource:
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
         """The rows at `keys`, in order, decoding each row group they touch once."""
         groups, rows = self._index.locate_many(keys)
-        return read_grouped(groups, rows, lambda group, at: self._row_group(group).rows(at))
+        fetched = self._fetch(np.unique(groups).tolist()) if self._blobs else {}
+        return read_grouped(
+            groups, rows, lambda group, at: self._row_group(group, fetched.get(group)).rows(at)
+        )
 
     def cache_statistics(self) -> CacheStatistics:
         """The decoded row-group cache: entries, bytes, bound, hits and misses (one miss per decode)."""
         return self._cache.statistics()
 
+    def storage_statistics(self) -> StorageStatistics:
+        """Requests to the object store so far (all zero for local files)."""
+        return statistics_of(self._store)
+
+    def close(self) -> None:
+        """Close the object store's connections and the files (idempotent); reading afterwards raises."""
+        for blob in self._blobs:
+            blob.close()
+        self._cache.clear()
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> ParquetDataSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         columns = "" if self.columns is None else f", columns={list(self.columns)!r}"
         return f"ParquetDataSource({describe_paths(self.paths)}{columns})"
 
-    def _row_group(self, group: int) -> _RowGroup:
-        return self._cache.get(group, lambda: self._decode(group))
+    def _row_group(self, group: int, fetched: dict[int, bytes] | None = None) -> _RowGroup:
+        return self._cache.get(group, lambda: self._decode(group, fetched))
 
-    def _decode(self, group: int) -> _RowGroup:
+    def _decode(self, group: int, fetched: dict[int, bytes] | None = None) -> _RowGroup:
         file, row_group = self._row_groups[group]
         # A reader per decode: Arrow does not promise that one reader may be
         # used by several threads at once, and opening one with the metadata
         # already in hand costs little next to decoding a row group.
-        with self._pq.ParquetFile(self.paths[file], metadata=self._metadata[file]) as reader:
+        with self._pq.ParquetFile(self._file(file, fetched), metadata=self._metadata[file]) as reader:
             table = reader.read_row_group(row_group, columns=self.columns, use_threads=False)
         return _RowGroup(table)
+
+    def _file(self, file: int, fetched: dict[int, bytes] | None = None) -> Any:
+        """What pyarrow reads file `file` from: its path, or a file object over its blob."""
+        return BlobFile(self._blobs[file], fetched) if self._blobs else self.paths[file]
+
+    def _read_metadata(self, file: int) -> Any:
+        return _read_metadata(self._pq, self._file(file), self.paths[file], self.columns)
+
+    def _fetch(self, groups: list[int]) -> dict[int, dict[int, bytes]]:
+        """The column chunks of each of `groups` not in the cache, fetched at once:
+        by row group, then by where they start in the file."""
+        wanted = [
+            (group, span)
+            for group in groups
+            if not self._cache.contains(group)
+            for span in self._spans(group)
+        ]
+        data = read_spans([(self._blobs[self._row_groups[group][0]], *span) for group, span in wanted])
+        fetched: dict[int, dict[int, bytes]] = {}
+        for (group, (start, _)), raw in zip(wanted, data, strict=True):
+            fetched.setdefault(group, {})[start] = raw
+        return fetched
+
+    def _spans(self, group: int) -> list[tuple[int, int]]:
+        """The byte ranges of a row group's selected column chunks, those that touch joined
+        (pyarrow may read touching chunks in one go)."""
+        file, row_group = self._row_groups[group]
+        meta = self._metadata[file].row_group(row_group)
+        spans: list[tuple[int, int]] = []
+        for c in range(meta.num_columns):
+            chunk = meta.column(c)
+            if self.columns is not None and chunk.path_in_schema.split(".")[0] not in self.columns:
+                continue
+            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            spans.append((start, start + chunk.total_compressed_size))
+        return _join_touching(spans)
 
 
 class _RowGroup:
@@ -145,12 +226,31 @@ def _require_columns(columns: Any) -> tuple[str, ...] | None:
     return tuple(columns)
 
 
-def _read_metadata(pq: Any, path: str, columns: tuple[str, ...] | None) -> Any:
-    """The file's metadata, after checking that it is Parquet and has `columns`."""
+def _join_touching(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    joined: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
+        else:
+            joined.append((start, end))
+    return joined
+
+
+def _close(blob: Blob) -> None:
+    blob.close()
+
+
+def _read_metadata(pq: Any, source: Any, path: str, columns: tuple[str, ...] | None) -> Any:
+    """The metadata of the file at `path` (read from `source`: the path, or a file object),
+    after checking that it is Parquet and has `columns`."""
+    from pyarrow.lib import ArrowException
+
     try:
-        with pq.ParquetFile(path) as reader:
+        with pq.ParquetFile(source) as reader:
             metadata, names = reader.metadata, reader.schema_arrow.names
     except Exception as error:  # pyarrow says ArrowInvalid, OSError, ... depending on the damage
+        if isinstance(error, OSError) and not isinstance(error, ArrowException):
+            raise  # the storage failed (no such object, access denied, no answer): its error says so
         raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from error
     missing = [c for c in columns or () if c not in names]
     if missing:

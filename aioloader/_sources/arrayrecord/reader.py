@@ -16,8 +16,7 @@ footer's), so one positional read fetches it whole.
 
 from __future__ import annotations
 
-import os
-import weakref
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from aioloader._sources.arrayrecord.riegeli import (
 from aioloader._sources.arrayrecord.wire import proto_fields, read_varints
 from aioloader._sources.cache import ByteBoundedCache
 from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.storage.blobs import Blob
 
 MAGIC = 0x71930E704FDAE05E
 VERSION = 1
@@ -44,23 +44,20 @@ class ArrayRecordFile:
 
     The constructor reads and checks the postscript and the footer; each
     chunk's header is checked against its footer entry when it is read.
-    Thread-safe: reads are `os.pread` calls on one descriptor, and decoded
-    chunks of more than one record go through `cache`, which the files of
-    a data source share.
+    Thread-safe: reads are range reads of `blob` (a local file or a stored
+    object), and decoded chunks of more than one record go through `cache`,
+    which the files of a data source share.
     """
 
-    def __init__(self, path: str, cache: ByteBoundedCache[Records]) -> None:
-        self.path, self._cache = path, cache
-        self._fd = os.open(path, os.O_RDONLY)
-        # Closed by close(), or when this object is collected (data sources are rarely closed).
-        self._closer = weakref.finalize(self, os.close, self._fd)
+    def __init__(self, blob: Blob, cache: ByteBoundedCache[Records]) -> None:
+        self.path, self._blob, self._cache = blob.name, blob, cache
         try:
-            self._size = os.fstat(self._fd).st_size
+            self._size = blob.size
             footer_offset = self._read_postscript()
             self._offsets, self._sizes, counts = self._read_footer(footer_offset)
         except ValueError as error:  # FormatError, or a malformed varint
             self.close()
-            raise FormatError(f"`{path}` is not a valid ArrayRecord file: {error}.") from None
+            raise FormatError(f"`{self.path}` is not a valid ArrayRecord file: {error}.") from None
         except BaseException:
             self.close()
             raise
@@ -73,29 +70,43 @@ class ArrayRecordFile:
         chunk, offset = self.index.locate(position)
         return self._chunk(chunk)[offset]
 
-    def read(self, positions: list[int]) -> list[bytes]:
-        """The records at `positions`, decoding each chunk they touch once."""
+    def read(self, positions: list[int], fetched: Mapping[int, bytes] | None = None) -> list[bytes]:
+        """The records at `positions`, decoding each chunk they touch once; `fetched` holds
+        chunks already read (from `spans`), by chunk number."""
         chunks, offsets = self.index.locate_many(positions)
-        return read_grouped(chunks, offsets, lambda chunk, at: self._chunk(chunk).pick(at))
+        return read_grouped(chunks, offsets, lambda chunk, at: self._chunk(chunk, fetched).pick(at))
+
+    def spans(self, positions: list[int]) -> list[tuple[int, Blob, int, int]]:
+        """What to fetch before `read(positions)`: (chunk, blob, start, end) of each chunk it
+        needs that is not in the cache."""
+        chunks, _ = self.index.locate_many(positions)
+        wanted = [int(i) for i in np.unique(chunks)]
+        cached = self._cache.contains
+        return [
+            (i, self._blob, int(self._offsets[i]), int(self._ends[i]))
+            for i in wanted
+            if self.index.counts[i] == 1 or not cached((self.path, i))
+        ]
 
     def close(self) -> None:
         """Close the file (idempotent); reading afterwards raises ValueError."""
-        self._fd = -1
-        self._closer()
+        self._blob.close()
 
-    def _chunk(self, i: int) -> Records:
+    def _chunk(self, i: int, fetched: Mapping[int, bytes] | None = None) -> Records:
+        raw = fetched.get(i) if fetched else None
         # Under random access a one-record chunk is read once per epoch:
         # caching it would only push out chunks that will be read again.
         if self.index.counts[i] == 1:
-            return self._decode(i)
-        return self._cache.get((self.path, i), lambda: self._decode(i))
+            return self._decode(i, raw)
+        return self._cache.get((self.path, i), lambda: self._decode(i, raw))
 
-    def _decode(self, i: int) -> Records:
-        if self._fd < 0:
+    def _decode(self, i: int, raw: bytes | None = None) -> Records:
+        if self._blob.closed:
             raise ValueError(f"`{self.path}` was closed.")
         begin, end = int(self._offsets[i]), int(self._ends[i])
         try:
-            header, data = split_chunk(without_block_headers(self._pread(begin, end - begin), begin))
+            raw = self._pread(begin, end - begin) if raw is None else _whole(raw, begin, end - begin)
+            header, data = split_chunk(without_block_headers(raw, begin))
             expected = (int(self.index.counts[i]), int(self._sizes[i]))
             if (header.num_records, header.decoded_data_size) != expected:
                 raise FormatError(
@@ -107,10 +118,7 @@ class ArrayRecordFile:
             raise FormatError(f"`{self.path}`: chunk {i} at byte {begin} is damaged: {error}.") from None
 
     def _pread(self, offset: int, size: int) -> bytes:
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise FormatError(f"expected {size} bytes at byte {offset}, the file ends after {len(data)}")
-        return data
+        return _whole(self._blob.read(offset, size), offset, size)
 
     def _read_postscript(self) -> int:
         """The footer's offset, from the postscript in the last 64 KiB block."""
@@ -161,6 +169,13 @@ class ArrayRecordFile:
         if not in_order or (len(offsets) and offsets[-1] >= footer_offset):
             raise FormatError("the footer's chunk offsets are not increasing offsets before the footer")
         return offsets, sizes, counts
+
+
+def _whole(data: bytes, offset: int, size: int) -> bytes:
+    """`data`, read at `offset`, if it is all `size` bytes asked for (a file that ends early is damaged)."""
+    if len(data) != size:
+        raise FormatError(f"expected {size} bytes at byte {offset}, the file ends after {len(data)}")
+    return data
 
 
 def _footer_metadata(record: bytes) -> tuple[int, int, int]:
