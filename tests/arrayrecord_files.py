@@ -60,7 +60,9 @@ OPTIONS = [
 ]
 # A data set in several files, one of them empty.
 SHARDS = [Spec(f"shard-{i}", "group_size:7", count) for i, count in enumerate([50, 1, 0, 33])]
-ALL = OPTIONS + SHARDS
+# Grain's layout: one record per chunk, so a batch of keys is a range request per record.
+GRAIN_LAYOUT = Spec("grain-layout", "group_size:1", 300)
+ALL = [*OPTIONS, *SHARDS, GRAIN_LAYOUT]
 
 
 def write_all(directory: Path) -> None:

@@ -4,14 +4,18 @@ and the S3 server on loopback (see tests/object_store.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import sysconfig
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from aioloader._sources.arrayrecord.source import array_record_installed
+from tests.arrayrecord_files import write_all
 from tests.object_store import FaultProxy, S3Place, serve
 from tools.seaweedfs import SeaweedServer
 
@@ -30,6 +34,7 @@ os.environ |= {
 }
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+REPO = Path(__file__).resolve().parent.parent
 
 # Concurrency tests run this many times: more where the GIL is off, where
 # races have the most room to show.
@@ -72,6 +77,25 @@ def no_leftover_threads() -> Iterator[None]:
     yield
     leftover = wait_for_no_threads(2.0)
     assert not leftover, f"threads still alive 2 s after the test: {[t.name for t in leftover]}"
+
+
+@pytest.fixture(scope="session")
+def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files of `tests.arrayrecord_files`, from the official writer: in this process where
+    it imports, else in the GIL interpreter that AIOLOADER_GIL_PYTHON names."""
+    directory = tmp_path_factory.mktemp("array_record")
+    if array_record_installed():
+        write_all(directory)
+    elif os.environ.get("AIOLOADER_GIL_PYTHON"):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
+        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", "tests.arrayrecord_files", str(directory)]
+        subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
+    else:
+        pytest.skip(
+            "array_record (the official writer) does not import here and AIOLOADER_GIL_PYTHON names no "
+            "interpreter that has it; `./dev test` sets it for the free-threaded session"
+        )
+    return directory
 
 
 @pytest.fixture(scope="session")

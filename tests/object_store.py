@@ -97,8 +97,9 @@ def uploader(server: SeaweedServer) -> Any:
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of `target` (host, port).
 
-    `fail(n, status)` makes the next `n` requests answer `status` without
-    reaching the server (`status=0`: the connection is reset instead).
+    `fail(n, status)` makes the next `n` requests answer `status` (403, 500
+    or 503, with S3's error document) without reaching the server
+    (`status=0`: the connection is reset instead).
     `delay` holds every request that long before forwarding it, so that
     requests sent together are seen in flight together (`peak`).
     """
@@ -146,10 +147,18 @@ class FaultProxy:
             self._active -= 1
 
 
-_SLOW_DOWN = (
-    b"<?xml version='1.0' encoding='UTF-8'?>"
-    b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
-)
+_ERRORS = {
+    403: ("AccessDenied", "Access Denied."),
+    500: ("InternalError", "We encountered an internal error. Please try again."),
+    503: ("SlowDown", "Reduce your request rate."),
+}
+
+
+def _error_body(status: int) -> bytes:
+    """S3's error document for `status`, as the server would send it."""
+    code, message = _ERRORS[status]
+    document = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    return f"<?xml version='1.0' encoding='UTF-8'?>{document}".encode()
 
 
 def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
@@ -169,7 +178,8 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     return
                 if failure is not None:
-                    self._answer(failure, {"Content-Type": "application/xml"}, _SLOW_DOWN, len(_SLOW_DOWN))
+                    body = _error_body(failure)
+                    self._answer(failure, {"Content-Type": "application/xml"}, body, len(body))
                     return
                 time.sleep(proxy.delay)
                 self._forward(body)

@@ -23,29 +23,12 @@ import pytest
 from aioloader import ArrayRecordDataSource, DataLoader, IndexSampler
 from aioloader._sources.arrayrecord import compression as compression
 from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
-from tests.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
+from tests.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec
 from tests.conftest import FREE_THREADED, repeated
 
 REPO = Path(__file__).resolve().parent.parent
 READERS = ["builtin", "array_record"] if array_record_installed() else ["builtin"]
 BY_NAME = {spec.name: spec for spec in ALL}
-
-
-@pytest.fixture(scope="session")
-def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("array_record")
-    if array_record_installed():
-        write_all(directory)
-    elif os.environ.get("AIOLOADER_GIL_PYTHON"):
-        env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
-        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", "tests.arrayrecord_files", str(directory)]
-        subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
-    else:
-        pytest.skip(
-            "array_record (the official writer) does not import here and AIOLOADER_GIL_PYTHON names no "
-            "interpreter that has it; `./dev test` sets it for the free-threaded session"
-        )
-    return directory
 
 
 @pytest.fixture(params=READERS)

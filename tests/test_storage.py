@@ -311,6 +311,19 @@ def test_retries_are_bounded_then_the_error_names_the_url(
         store.close()
 
 
+def test_access_denied_mid_run_fails_at_once(s3: S3Place, fault_proxy: FaultProxy, client: str) -> None:
+    url = parse(s3.put("data.bin", DATA))
+    store = open_store(proxied(s3, fault_proxy), client)
+    try:
+        store.size(url)
+        fault_proxy.fail(1000, 403)  # as when a session token expires
+        with pytest.raises(PermissionError, match=re.escape(f"`{url}`: access denied")):
+            store.fetch([(url, 10, 20)])
+        assert store.statistics().retries == 0
+    finally:
+        store.close()
+
+
 def test_no_server_at_all_is_a_connection_error(s3: S3Place, client: str) -> None:
     from tools.seaweedfs import free_port
 

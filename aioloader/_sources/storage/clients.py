@@ -168,7 +168,15 @@ class PyarrowClient:
         return int(self._file(url).size())
 
     def read_range(self, url: ObjectUrl, start: int, end: int) -> bytes:
-        return bytes(self._file(url).read_at(end - start, start))
+        try:
+            return bytes(self._file(url).read_at(end - start, start))
+        except OSError as error:
+            # pyarrow writes a ranged GET's answer into a buffer the size of the range: an error
+            # document that does not fit (403 on a small range) is reported as INTERNAL_FAILURE.
+            # A HEAD request says what it was.
+            if "Failed to flush response stream" in str(error):
+                self._fs.get_file_info(f"{url.bucket}/{url.key}")
+            raise
 
     def read(self, url: ObjectUrl) -> bytes:
         with self._fs.open_input_stream(f"{url.bucket}/{url.key}") as stream:
