@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_RETRIES = 4
+DEFAULT_MAX_REQUESTS = 64
 CLIENTS = ("auto", "obstore", "pyarrow", "s3fs")
 
 # storage_options key -> the environment variables read when it is not given, in order.
@@ -30,7 +31,7 @@ _ENVIRONMENT = {
     "endpoint_url": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
     "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
 }
-_OPTIONS = (*_ENVIRONMENT, "anon", "retries", "client", "client_kwargs")
+_OPTIONS = (*_ENVIRONMENT, "anon", "retries", "max_requests", "client", "client_kwargs")
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,9 @@ class S3Settings:
     """Where the store is and who asks: one immutable value per source, shared by its threads.
 
     `endpoint_url` None means AWS itself. `retries` is how many times a
-    request that failed transiently is sent again. `client` names the
-    library that talks to the store (`auto`: see `clients.choose`).
+    request that failed transiently is sent again; `max_requests` how many
+    requests a source has in flight at most. `client` names the library
+    that talks to the store (`auto`: see `clients.make_client`).
     """
 
     endpoint_url: str | None = None
@@ -49,6 +51,7 @@ class S3Settings:
     token: str | None = field(default=None, repr=False)
     anon: bool = False
     retries: int = DEFAULT_RETRIES
+    max_requests: int = DEFAULT_MAX_REQUESTS
     client: str = "auto"
 
     def secrets(self) -> tuple[str, ...]:
@@ -83,7 +86,10 @@ def resolve(storage_options: Any, environ: Mapping[str, str] | None = None) -> S
         secret=_require_text("secret", values["secret"], secret=True),
         token=_require_text("token", values["token"], secret=True),
         anon=anon,
-        retries=_require_retries(options.get("retries", DEFAULT_RETRIES)),
+        retries=_require_count("retries", options.get("retries", DEFAULT_RETRIES), 0, 20),
+        max_requests=_require_count(
+            "max_requests", options.get("max_requests", DEFAULT_MAX_REQUESTS), 1, 1024
+        ),
         client=_require_client(options.get("client", "auto")),
     )
     if (settings.key is None) != (settings.secret is None):
@@ -141,9 +147,9 @@ def _require_bool(name: str, value: Any) -> bool:
     return value
 
 
-def _require_retries(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
-        raise ValueError(f"`storage_options['retries']` must be an int from 0 to 20, got {value!r}.")
+def _require_count(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"`storage_options['{name}']` must be an int from {low} to {high}, got {value!r}.")
     return value
 
 

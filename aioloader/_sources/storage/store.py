@@ -4,7 +4,7 @@ A source that reads `s3://` URLs holds one store. A batch of records
 becomes one call to `fetch` with every byte range it needs: ranges of the
 same object that touch or overlap are merged into one request, and the
 requests run concurrently on the store's threads (`aioloader-storage-{i}`,
-at most `max_requests`, started at first need), so a chunk of N records
+at most `settings.max_requests`, started at first need), so a chunk of N records
 costs about one round trip, not N in a row.
 
 A request that fails transiently is sent again up to `settings.retries`
@@ -32,7 +32,6 @@ S = TypeVar("S")
 T = TypeVar("T")
 
 THREAD_NAME = "aioloader-storage"
-MAX_REQUESTS = 64  # requests in flight per store
 MAX_OPENING = 16  # files opened at once when a source is made
 MAX_MERGED_BYTES = 8 << 20  # a merged request stays small enough to leave the others concurrent
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
@@ -54,10 +53,9 @@ class StorageStatistics(NamedTuple):
 class ObjectStore:
     """Objects of one S3 endpoint, read by ranges through the client `settings` choose."""
 
-    def __init__(self, settings: S3Settings, *, max_requests: int = MAX_REQUESTS) -> None:
+    def __init__(self, settings: S3Settings) -> None:
         self.settings = settings
         self.client: Client = make_client(settings)
-        self._max_requests = max_requests
         self._secrets = settings.secrets()
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -159,7 +157,9 @@ class ObjectStore:
             if self._closed.is_set():
                 raise RuntimeError("the data source was closed.")
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._max_requests, thread_name_prefix=THREAD_NAME)
+                self._executor = ThreadPoolExecutor(
+                    self.settings.max_requests, thread_name_prefix=THREAD_NAME
+                )
             return self._executor.submit(function, *args)
 
     def _count(self, **added: int) -> None:
