@@ -12,6 +12,7 @@ connection) so that retries are seen to happen.
 
 from __future__ import annotations
 
+import collections
 import http.client
 import importlib.util
 import socket
@@ -99,15 +100,16 @@ class FaultProxy:
 
     `fail(n, status)` makes the next `n` requests answer `status` (403, 500
     or 503, with S3's error document) without reaching the server
-    (`status=0`: the connection is reset instead).
+    (`status=0`: the connection is reset instead), after the failures
+    already planned; `heal()` drops the plan.
     `delay` holds every request that long before forwarding it, so that
     requests sent together are seen in flight together (`peak`).
     """
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target, self.delay = target, 0.0
-        self.requests = self.peak = self._active = self._failing = 0
-        self._status = 503
+        self.requests = self.peak = self._active = 0
+        self._plan: collections.deque[int] = collections.deque()
         self.lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -120,7 +122,11 @@ class FaultProxy:
 
     def fail(self, count: int, status: int = 503) -> None:
         with self.lock:
-            self._failing, self._status = count, status
+            self._plan.extend([status] * count)
+
+    def heal(self) -> None:
+        with self.lock:
+            self._plan.clear()
 
     def reset_counts(self) -> None:
         with self.lock:
@@ -137,10 +143,7 @@ class FaultProxy:
             self.requests += 1
             self._active += 1
             self.peak = max(self.peak, self._active)
-            if self._failing:
-                self._failing -= 1
-                return self._status
-        return None
+            return self._plan.popleft() if self._plan else None
 
     def _leave(self) -> None:
         with self.lock:

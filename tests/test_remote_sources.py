@@ -370,7 +370,7 @@ def test_credentials_show_nowhere_after_a_run_that_failed(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     place = through_proxy(bucket, fault_proxy)
-    options = place.options(retries=1)
+    options = place.options(retries=2)
     secret, key = options["secret"], options["key"]
     shown = []
     for make in (
@@ -383,12 +383,13 @@ def test_credentials_show_nowhere_after_a_run_that_failed(
                 data_source=source, sampler=IndexSampler(len(source), shuffle=True, seed=4), worker_count=2
             )
             with iter(loader) as iterator:
-                next(iterator)
                 shown.append(iterator.get_state())
+                fault_proxy.fail(2, 503)  # retried, and logged
                 fault_proxy.fail(10_000, 403)
                 error = until_error(iterator)
-            fault_proxy.fail(0)
+            fault_proxy.heal()
             assert isinstance(error, PermissionError)
+            assert source.storage_statistics().retries >= 1
             shown += [
                 "".join(traceback.format_exception(error)),
                 repr(source),

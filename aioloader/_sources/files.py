@@ -8,11 +8,12 @@ import aiofiles
 
 from aioloader._sources.keys import require_key
 from aioloader._sources.paths import describe_paths, require_paths
-from aioloader._sources.storage.store import StorageStatistics, open_store, statistics_of
+from aioloader._sources.storage.owner import StoreOwner
+from aioloader._sources.storage.store import open_store
 from aioloader._sources.storage.urls import is_url, parse
 
 
-class FilesDataSource:
+class FilesDataSource(StoreOwner):
     """The bytes of each file in `paths`, one record per file, in order.
 
     An `AsyncDataSource`: the loader awaits `aget` on its event loop with at
@@ -56,21 +57,6 @@ class FilesDataSource:
             return self._store.read(parse(path))
         with open(path, "rb") as file:
             return file.read()
-
-    def storage_statistics(self) -> StorageStatistics:
-        """Requests to the object store so far (all zero for local files)."""
-        return statistics_of(self._store)
-
-    def close(self) -> None:
-        """Stop the object store's threads (idempotent); local files need nothing."""
-        if self._store is not None:
-            self._store.close()
-
-    def __enter__(self) -> FilesDataSource:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"FilesDataSource({describe_paths(self.paths)})"

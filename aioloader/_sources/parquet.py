@@ -19,7 +19,8 @@ from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.keys import KeyIndex, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
 from aioloader._sources.storage.blobs import Blob, BlobFile, open_blob, read_spans
-from aioloader._sources.storage.store import StorageStatistics, open_all, open_store, statistics_of
+from aioloader._sources.storage.owner import StoreOwner
+from aioloader._sources.storage.store import open_all, open_store
 
 DEFAULT_CACHE_BYTES = 256 << 20
 
@@ -27,7 +28,7 @@ DEFAULT_CACHE_BYTES = 256 << 20
 _Take = Callable[[list[int]], list[Any]]
 
 
-class ParquetDataSource:
+class ParquetDataSource(StoreOwner):
     """The rows of one or more Parquet files, in the order of `paths`: dicts of column name to value.
 
     `columns` selects and orders the columns (all of them by default).
@@ -62,11 +63,12 @@ class ParquetDataSource:
         import pyarrow.parquet as pq  # an optional dependency: `pip install 'aioloader[parquet]'`
 
         self._pq = pq
-        self.paths, self._store = open_store(require_paths(paths), storage_options)
+        paths = require_paths(paths)
         self.columns = _require_columns(columns)
         self._cache: ByteBoundedCache[_RowGroup] = ByteBoundedCache(
             require_int("cache_bytes", cache_bytes, minimum=0)
         )
+        self.paths, self._store = open_store(paths, storage_options)
         # With s3:// URLs every file is read as a blob, through file objects over the bytes fetched.
         self._blobs: list[Blob] = []
         try:
@@ -101,23 +103,10 @@ class ParquetDataSource:
         """The decoded row-group cache: entries, bytes, bound, hits and misses (one miss per decode)."""
         return self._cache.statistics()
 
-    def storage_statistics(self) -> StorageStatistics:
-        """Requests to the object store so far (all zero for local files)."""
-        return statistics_of(self._store)
-
-    def close(self) -> None:
-        """Close the object store's connections and the files (idempotent); reading afterwards raises."""
+    def _release(self) -> None:
         for blob in self._blobs:
             blob.close()
         self._cache.clear()
-        if self._store is not None:
-            self._store.close()
-
-    def __enter__(self) -> ParquetDataSource:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         columns = "" if self.columns is None else f", columns={list(self.columns)!r}"

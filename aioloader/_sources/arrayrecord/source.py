@@ -23,13 +23,9 @@ from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.keys import KeyIndex, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
 from aioloader._sources.storage.blobs import open_blob, read_spans
-from aioloader._sources.storage.store import (
-    ObjectStore,
-    StorageStatistics,
-    open_all,
-    open_store,
-    statistics_of,
-)
+from aioloader._sources.storage.owner import StoreOwner
+from aioloader._sources.storage.store import ObjectStore, open_all, open_store
+from aioloader._sources.storage.urls import is_url
 
 READERS = ("auto", "builtin", "array_record")
 READER_ENV = "AIOLOADER_ARRAY_RECORD_READER"
@@ -46,7 +42,7 @@ class _File(Protocol):
     def close(self) -> None: ...
 
 
-class ArrayRecordDataSource:
+class ArrayRecordDataSource(StoreOwner):
     """The records of one or more ArrayRecord files, in the order of `paths`, as `bytes`.
 
     `reader` picks who reads the files: `"array_record"` (Google's package),
@@ -82,11 +78,12 @@ class ArrayRecordDataSource:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.paths, self._store = open_store(require_paths(paths), storage_options)
-        self.reader = _choose_reader(reader, remote=self._store is not None)
+        paths = require_paths(paths)
+        self.reader = _choose_reader(reader, remote=any(map(is_url, paths)))
         self._cache: ByteBoundedCache[Records] = ByteBoundedCache(
             require_int("cache_bytes", cache_bytes, minimum=0)
         )
+        self.paths, self._store = open_store(paths, storage_options)
         self._files: list[_File] = []
         try:
             opener = partial(_open, reader=self.reader, store=self._store, cache=self._cache)
@@ -117,23 +114,10 @@ class ArrayRecordDataSource:
         """The decoded-chunk cache of the built-in reader (empty for `array_record`)."""
         return self._cache.statistics()
 
-    def storage_statistics(self) -> StorageStatistics:
-        """Requests to the object store so far (all zero for local files)."""
-        return statistics_of(self._store)
-
-    def close(self) -> None:
-        """Close every file and the object store's connections (idempotent); reading afterwards raises."""
+    def _release(self) -> None:
         for file in self._files:
             file.close()
         self._cache.clear()
-        if self._store is not None:
-            self._store.close()
-
-    def __enter__(self) -> ArrayRecordDataSource:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ArrayRecordDataSource({describe_paths(self.paths)}, reader={self.reader!r})"

@@ -35,7 +35,7 @@ _TRANSIENT_WORDS = re.compile(
     r"timed? ?out|Server ?disconnected|Could not connect|Connection\w*Error|ConnectTimeout|ReadTimeout|"
     r"ClientOSError|SLOW_DOWN|SlowDown|THROTTL|Throttl|SERVICE_UNAVAILABLE|"
     r"ServiceUnavailable|INTERNAL_FAILURE|InternalError|(?i:internal error)|RequestTimeout|REQUEST_TIMEOUT|"
-    r"status code: 5\d\d|response code: 5\d\d|\b50[0-4] ",
+    r"(?:status code:|response code:|HTTP status) 5\d\d|\b50[0-4] ",
 )
 # s3fs says a 503 or SlowDown with EBUSY.
 _TRANSIENT_ERRNOS = {errno.EBUSY, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED}

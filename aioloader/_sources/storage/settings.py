@@ -133,6 +133,8 @@ def _require_endpoint(value: Any) -> str | None:
     if url is None:
         return None
     parts = urlsplit(url)
+    if "@" in parts.netloc:  # not echoed: it holds credentials
+        raise ValueError("`storage_options['endpoint_url']` must not hold credentials (user:password@).")
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
         raise ValueError(
             f"`storage_options['endpoint_url']` (or AWS_ENDPOINT_URL) must be http(s)://host[:port], "

@@ -10,13 +10,15 @@ costs about one round trip, not N in a row.
 A request that fails transiently is sent again up to `settings.retries`
 times, after 0.1, 0.2, 0.4, ... s (jittered, at most 2 s); any other
 failure, and the last transient one, raises at once an error naming the
-URL (see `errors`). `close()` stops the threads and cuts retry waits
-short. Thread-safe.
+URL (see `errors`). Each retry is logged at DEBUG level on
+`aioloader.storage`, credentials replaced. `close()` stops the threads and
+cuts retry waits short. Thread-safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -24,10 +26,11 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
 
 from aioloader._sources.storage.clients import Client, make_client
-from aioloader._sources.storage.errors import Kind, storage_error, unavailable
+from aioloader._sources.storage.errors import Kind, detail, storage_error, unavailable
 from aioloader._sources.storage.settings import S3Settings, resolve
 from aioloader._sources.storage.urls import ObjectUrl, glob_matcher, glob_prefix, is_glob, is_url, parse
 
+_log = logging.getLogger("aioloader.storage")
 S = TypeVar("S")
 T = TypeVar("T")
 
@@ -81,6 +84,8 @@ class ObjectStore:
 
         A range past the end of its object comes back short, as a file read would.
         """
+        if not ranges:
+            return []
         merged, places = merge(ranges)
         self._count(ranges=len(ranges))
         # One request goes from this thread; more wait for each other on the store's threads.
@@ -133,8 +138,9 @@ class ObjectStore:
             if kind is not Kind.TRANSIENT or attempts > self.settings.retries:
                 break
             self._count(retries=1)
-            if self._closed.wait(_backoff(attempts)):
-                break
+            delay = _backoff(attempts)
+            _log.debug("`%s`: %s; sending it again in %.2f s", url, detail(failure, self._secrets), delay)
+            self._closed.wait(delay)  # cut short by close(), and then the loop's first line raises
         # Raised here, outside the `except`, so that the library's error (whose
         # arguments may hold what the message leaves out) is not even the context.
         self._count(failures=1)
