@@ -82,6 +82,18 @@ class S3Place:
     def upload(self, path: Path, name: str | None = None) -> str:
         return self.put(name or path.name, path.read_bytes())
 
+    def wait_until_readable(self, name: str, timeout: float = 60.0) -> None:
+        """Wait until object `name` reads back (a server just started may answer before it serves)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                uploader(self.server).open_input_file(f"{BUCKET}/{self.prefix}/{name}").read_at(1, 0)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
 
 def uploader(server: SeaweedServer) -> Any:
     from pyarrow import fs

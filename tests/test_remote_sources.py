@@ -353,6 +353,7 @@ def test_a_server_stopped_mid_run_ends_the_loader_and_a_fresh_one_resumes(
     # Every batch delivered before the error is the right one.
     assert got == wanted[: len(got)]
     stoppable.server.start()
+    stoppable.wait_until_readable(GRAIN_LAYOUT.file_name if kind == "arrayrecord" else "files/000.bin")
     with remote_source(kind, stoppable) as source:
         loader = DataLoader(
             data_source=source, sampler=sampler_for(count), operations=operations, worker_count=1

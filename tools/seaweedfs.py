@@ -30,8 +30,10 @@ import socket
 import subprocess
 import sysconfig
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REGION = "us-east-1"
 _START_SECONDS = 60.0  # weed starts in 1-2 s on a quiet machine; a busy one takes longer
@@ -208,10 +210,27 @@ class SeaweedServer:
             if found:  # printed once every service is up and the buckets exist
                 if int(found.group(1)) != self.s3_port:
                     raise ServerError(f"`weed` moved its S3 port to {found.group(1)} (ours was taken)")
-                if self._answers():
+                if self._answers() and self._volumes_registered():
                     return
             time.sleep(0.05)
         raise ServerError(f"`weed` did not answer within {_START_SECONDS:.0f} s:\n{self._tail()}")
+
+    def _volumes_registered(self) -> bool:
+        """Whether the master knows every volume the volume server has: until it does (right
+        after a restart), reading an object fails although the S3 endpoint answers."""
+        try:
+            master = self._status("master.port", "/vol/status").get("Volumes") or {}
+            volume = self._status("volume.port", "/status")
+        except (OSError, ValueError):
+            return False
+        racks = [rack for center in (master.get("DataCenters") or {}).values() for rack in center.values()]
+        known = sum(len(volumes) for rack in racks for volumes in rack.values())
+        return known >= len(volume.get("Volumes") or [])
+
+    def _status(self, port: str, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self._ports[port]}{path}", timeout=2) as answer:
+            found = json.load(answer)
+        return found if isinstance(found, dict) else {}
 
     def _answers(self) -> bool:
         try:
