@@ -19,6 +19,7 @@ from aioloader._sources.arrow import ArrowRows
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.columns import choose_columns, require_columns
 from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.parquet_footer import ChunkSpans, read_chunk_spans
 from aioloader._sources.paths import describe_paths, require_paths
 from aioloader._sources.storage.blobs import Blob, BlobFile, open_blob, read_spans
 from aioloader._sources.storage.owner import StoreOwner
@@ -87,10 +88,12 @@ class ParquetDataSource(StoreOwner):
             if self._store is not None:
                 opener = partial(open_blob, store=self._store)
                 self._blobs = open_all(self.paths, self._store, opener, close=_close)
-            self._metadata = open_all(range(len(self.paths)), self._store, self._read_metadata)
+            opened = open_all(range(len(self.paths)), self._store, self._read_metadata)
         except BaseException:
             self.close()
             raise
+        self._metadata = [metadata for metadata, _ in opened]
+        self._chunk_spans = [spans for _, spans in opened]
         self._row_groups = [
             (f, g) for f, meta in enumerate(self._metadata) for g in range(meta.num_row_groups)
         ]
@@ -164,8 +167,22 @@ class ParquetDataSource(StoreOwner):
         that serves the ranges in `fetched` from memory."""
         return BlobFile(self._blobs[file], fetched) if self._blobs else self.paths[file]
 
-    def _read_metadata(self, file: int) -> Any:
-        return _read_metadata(self._pq, self._file(file), self.paths[file], self.columns)
+    def _read_metadata(self, file: int) -> tuple[Any, ChunkSpans]:
+        """The file's metadata, checked; for a stored object, also where its column chunks lie
+        (read from the footer's bytes: see `parquet_footer`)."""
+        path = self.paths[file]
+        metadata = _read_metadata(self._pq, self._file(file), path, self.columns)
+        if not self._blobs:
+            return metadata, []
+        try:
+            spans = read_chunk_spans(self._blobs[file])
+            if len(spans) != metadata.num_row_groups:
+                raise ValueError(
+                    f"its footer lists {len(spans)} row groups, pyarrow read {metadata.num_row_groups}"
+                )
+        except ValueError as error:
+            raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from None
+        return metadata, spans
 
     def _fetch(self, groups: list[int]) -> dict[int, dict[int, bytes]]:
         """The column chunks of each of `groups` not in the cache, fetched at once (the bytes
@@ -185,17 +202,13 @@ class ParquetDataSource(StoreOwner):
 
     def _spans(self, group: int) -> list[tuple[int, int]]:
         """The byte ranges of a row group's selected column chunks, those that touch joined
-        (pyarrow may read touching chunks in one go)."""
+        (pyarrow may read touching chunks in one go). Only what to fetch ahead: pyarrow reads
+        what these miss from the blob, so a footer that misleads costs requests, not rows."""
         file, row_group = self._row_groups[group]
-        meta = self._metadata[file].row_group(row_group)
-        spans: list[tuple[int, int]] = []
-        for c in range(meta.num_columns):
-            chunk = meta.column(c)
-            if self.columns is not None and chunk.path_in_schema.split(".")[0] not in self.columns:
-                continue
-            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
-            spans.append((start, start + chunk.total_compressed_size))
-        return _join_touching(spans)
+        chunks = self._chunk_spans[file][row_group]
+        return _join_touching(
+            [(start, end) for name, start, end in chunks if self.columns is None or name in self.columns]
+        )
 
 
 def _join_touching(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
