@@ -71,10 +71,6 @@ def parquet_file(path: Path, **options: Any) -> Path:
     return path
 
 
-def through_proxy(place: S3Place, proxy: FaultProxy) -> S3Place:
-    return S3Place(place.server, place.prefix, endpoint=proxy.endpoint)
-
-
 def shuffled(count: int, seed: int = 0) -> list[int]:
     keys = list(range(count))
     random.Random(seed).shuffle(keys)
@@ -111,7 +107,7 @@ def test_a_batch_of_records_is_one_round_of_concurrent_requests(
     bucket: S3Place, fault_proxy: FaultProxy
 ) -> None:
     records = GRAIN_LAYOUT.records()
-    place = through_proxy(bucket, fault_proxy)
+    place = bucket.through(fault_proxy)
     with ArrayRecordDataSource(
         place.url(f"ar/{GRAIN_LAYOUT.file_name}"), storage_options=place.options()
     ) as source:
@@ -184,7 +180,7 @@ def test_parquet_objects_hold_what_the_file_holds(bucket: S3Place, tmp_path: Pat
 
 
 def test_a_batch_of_rows_fetches_each_row_group_once(bucket: S3Place, fault_proxy: FaultProxy) -> None:
-    place = through_proxy(bucket, fault_proxy)
+    place = bucket.through(fault_proxy)
     with ParquetDataSource(place.url("rows.parquet"), storage_options=place.options()) as source:
         groups = {0, 2, 5, 7}  # none next to another: row groups side by side would be one request
         keys = [key for key in shuffled(400) if key // ROW_GROUP in groups][:30]
@@ -298,7 +294,7 @@ def test_a_changed_bit_in_a_parquet_object_is_caught_as_in_the_file(bucket: S3Pl
 def test_a_request_that_fails_while_decoding_is_the_storage_error_not_damage(
     bucket: S3Place, fault_proxy: FaultProxy, kind: str
 ) -> None:
-    place = through_proxy(bucket, fault_proxy)
+    place = bucket.through(fault_proxy)
     name = "rows.parquet" if kind == "parquet" else f"ar/{OPTIONS[0].file_name}"
     url, make = place.url(name), ParquetDataSource if kind == "parquet" else ArrayRecordDataSource
     with make(url, storage_options=place.options(retries=0)) as source:
@@ -380,7 +376,7 @@ def test_the_loader_gives_the_same_batches_as_from_local_files(
 def test_transient_failures_mid_run_change_nothing(
     bucket: S3Place, array_record_dir: Path, fault_proxy: FaultProxy
 ) -> None:
-    place = through_proxy(bucket, fault_proxy)
+    place = bucket.through(fault_proxy)
     records = GRAIN_LAYOUT.records()
     url = place.url(f"ar/{GRAIN_LAYOUT.file_name}")
     with ArrayRecordDataSource(url, storage_options=place.options(retries=4)) as source:
@@ -483,7 +479,7 @@ def test_credentials_show_nowhere_after_a_run_that_failed(
     bucket: S3Place, fault_proxy: FaultProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    place = through_proxy(bucket, fault_proxy)
+    place = bucket.through(fault_proxy)
     options = place.options(retries=2)
     secret, key = options["secret"], options["key"]
     shown = []

@@ -272,16 +272,12 @@ def test_an_object_that_shrank_since_it_was_opened_fails_at_once(s3: S3Place, cl
 # Transient failures, through the fault proxy
 
 
-def proxied(s3: S3Place, proxy: FaultProxy) -> S3Place:
-    return S3Place(s3.server, s3.prefix, endpoint=proxy.endpoint)
-
-
 @pytest.mark.parametrize(("status", "name"), [(503, "slow-down"), (500, "server-error"), (0, "reset")])
 def test_transient_failures_are_retried(
     s3: S3Place, fault_proxy: FaultProxy, client: str, status: int, name: str
 ) -> None:
     url = parse(s3.put("data.bin", DATA))
-    store = open_store(proxied(s3, fault_proxy), client, retries=3)
+    store = open_store(s3.through(fault_proxy), client, retries=3)
     try:
         store.size(url)
         fault_proxy.reset_counts()
@@ -301,7 +297,7 @@ def test_retries_are_bounded_then_the_error_names_the_url(
     s3: S3Place, fault_proxy: FaultProxy, client: str
 ) -> None:
     url = parse(s3.put("data.bin", DATA))
-    store = open_store(proxied(s3, fault_proxy), client, retries=2)
+    store = open_store(s3.through(fault_proxy), client, retries=2)
     try:
         store.size(url)
         fault_proxy.reset_counts()
@@ -319,7 +315,7 @@ def test_retries_are_bounded_then_the_error_names_the_url(
 
 def test_access_denied_mid_run_fails_at_once(s3: S3Place, fault_proxy: FaultProxy, client: str) -> None:
     url = parse(s3.put("data.bin", DATA))
-    store = open_store(proxied(s3, fault_proxy), client)
+    store = open_store(s3.through(fault_proxy), client)
     try:
         store.size(url)
         fault_proxy.fail(1000, 403)  # as when a session token expires
@@ -347,11 +343,12 @@ def test_the_ranges_of_one_fetch_are_in_flight_together(
     s3: S3Place, fault_proxy: FaultProxy, client: str, repeat: int
 ) -> None:
     url = parse(s3.put("data.bin", DATA))
-    store = open_store(proxied(s3, fault_proxy), client)
+    store = open_store(s3.through(fault_proxy), client)
     try:
         store.size(url)
         fault_proxy.reset_counts()
-        fault_proxy.delay = 0.2
+        # Each answer held 1 s: long enough for threads started on a busy machine to join in.
+        fault_proxy.delay = 1.0
         ranges = [(url, 512 * i, 512 * i + 100) for i in range(32)]  # apart: nothing to merge
         assert store.fetch(ranges) == [DATA[s:e] for _, s, e in ranges]
         assert fault_proxy.requests == 32

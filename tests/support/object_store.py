@@ -73,6 +73,10 @@ class S3Place:
             "region": REGION,
         } | extra
 
+    def through(self, proxy: FaultProxy) -> S3Place:
+        """The same folder, reached through `proxy`."""
+        return S3Place(self.server, self.prefix, endpoint=proxy.endpoint)
+
     def put(self, name: str, data: bytes) -> str:
         """Upload `data` as object `name` (through pyarrow, in every session); its URL."""
         with uploader(self.server).open_output_stream(f"{BUCKET}/{self.prefix}/{name}") as stream:

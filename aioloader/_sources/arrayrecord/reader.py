@@ -141,7 +141,7 @@ class ArrayRecordFile:
             raise ValueError(f"`{self.path}` was closed.")
         spans = [self._span(i) for i in wanted]
         try:
-            raws = self._read_spans(wanted, fetched)
+            raws = self._read_spans(wanted, spans, fetched)
         except FormatError as error:  # the file shrank since it was opened
             raise FormatError(f"`{self.path}`: {error}.") from None
         pairs = list(zip(wanted, raws, spans, strict=True))
@@ -177,10 +177,11 @@ class ArrayRecordFile:
             )
         return decode_simple_chunk(chunk, f"`{self.path}`")
 
-    def _read_spans(self, wanted: list[int], fetched: Mapping[int, bytes]) -> list[bytes]:
-        """The bytes of each chunk `wanted`: from `fetched`, or read now (a stored object's
-        ranges all at once); each must be whole."""
-        spans = [self._span(i) for i in wanted]
+    def _read_spans(
+        self, wanted: list[int], spans: list[tuple[int, int]], fetched: Mapping[int, bytes]
+    ) -> list[bytes]:
+        """The bytes of each chunk `wanted` (at `spans`): from `fetched`, or read now (a stored
+        object's ranges all at once); each must be whole."""
         unread = [(self._blob, *span) for i, span in zip(wanted, spans, strict=True) if i not in fetched]
         read = iter(read_spans(unread))
         raws = [fetched[i] if i in fetched else next(read) for i in wanted]
