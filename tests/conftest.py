@@ -61,6 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "soak: minutes of random delays, errors and resumes; outside the default run (-m soak)"
     )
+    config.addinivalue_line(
+        "markers", "subinterpreters: runs executor='interpreter'; the only tests of the CPython 3.13 session"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,6 +27,7 @@ from aioloader._sources.arrayrecord.reader import ArrayRecordFile
 from aioloader._sources.arrayrecord.riegeli import BLOCK_SIZE, Chunk
 from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
 from aioloader._sources.cache import ByteBoundedCache
+from aioloader._sources.storage.blobs import LocalBlob
 from tests.conftest import FREE_THREADED, repeated
 from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, offsets_to_damage
 from tests.test_highwayhash import IMPLEMENTATIONS, Hash
@@ -200,7 +201,7 @@ def every_hash_in(path: Path) -> tuple[list[bytes | memoryview], list[int]]:
     """What each block header, chunk header and chunk data of the file hashes, and the hash
     stored with it: in the signature, every data chunk, the footer and the postscript."""
     whole = path.read_bytes()
-    file = ArrayRecordFile(str(path), ByteBoundedCache(0), verify_checksums=False)
+    file = ArrayRecordFile(LocalBlob(str(path)), ByteBoundedCache(0), verify_checksums=False)
     starts = [0, *file._offsets.tolist(), int(file._ends[-1]), len(whole) - BLOCK_SIZE]
     file.close()
     checks = [

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 import aioloader as al
+from aioloader._program import read_pool
 from tests.conftest import aioloader_threads
 from tests.grain_reference import grain_python
 from tests.support.reference import assert_same_outputs
-from tests.test_read_pool import SlowSource
+from tests.test_read_pool import SlowSource, VirtualClock
 
 
 class CountingSource:
@@ -60,8 +61,12 @@ def read_threads() -> list[threading.Thread]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_num_threads_0_reads_in_the_worker_with_no_read_threads(workers: int) -> None:
-    source = SlowSource(60)  # slow enough that 16 read threads would be engaged
+def test_num_threads_0_reads_in_the_worker_with_no_read_threads(
+    workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = VirtualClock()  # reads that each say they took 1 ms, whatever the load
+    monkeypatch.setattr(read_pool, "CLOCK", clock)
+    source = SlowSource(60, clock)  # slow enough that 16 read threads would be engaged
     sampler = al.IndexSampler(60, shuffle=True, seed=3, num_epochs=1)
     loader = al.DataLoader(
         data_source=source,

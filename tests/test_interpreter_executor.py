@@ -41,6 +41,7 @@ from tests.support.reference import CASES, Case, assert_same_outputs, expected
 REPO = Path(__file__).resolve().parent.parent
 MISSING = unavailable()
 needs_subinterpreters = pytest.mark.skipif(MISSING is not None, reason=f"{MISSING}")
+pytestmark = pytest.mark.subinterpreters
 
 # ToDict's map calls NumPy, which cannot run in a subinterpreter: that case is the NumPy test below.
 RUNNABLE = [case for case in CASES if case.name != "dict-batch"]

@@ -566,6 +566,7 @@ def test_device_put_puts_the_outputs_on_the_device() -> None:
             assert_on_device_and_equal(next(resumed), plain[2])
 
 
+@pytest.mark.subinterpreters
 @pytest.mark.skipif(unavailable() is not None, reason=f"{unavailable()}")
 def test_the_interpreter_executor_gives_the_same_outputs() -> None:
     def pipeline(executor: str) -> al.IterDataset[Any]:

@@ -75,11 +75,16 @@ def test(pytest_args: Sequence[str]) -> int:
         lambda: run(ft, ["-m", "pytest", *pytest_args], PYTHON_GIL="0", AIOLOADER_GIL_PYTHON=str(gil)),
     )
     gil313 = ensure_env(gil313_spec(), REPO)
-    # The slow tests (the training examples, minutes each) run in the two sessions
-    # above; this one is for the subinterpreters. A `-m` in ARGS comes later and wins.
+    # This session is for the subinterpreters on a GIL build: the tests marked
+    # `subinterpreters` (the two sessions above run them too, and everything
+    # else). A `-m` in ARGS comes later and wins.
     step(
         "pytest (CPython 3.13, GIL: subinterpreters)",
-        lambda: run(gil313, ["-m", "pytest", "-m", "not slow", *pytest_args], AIOLOADER_GIL_PYTHON=str(gil)),
+        lambda: run(
+            gil313,
+            ["-m", "pytest", "-m", "subinterpreters and not slow", *pytest_args],
+            AIOLOADER_GIL_PYTHON=str(gil),
+        ),
     )
     for name, seconds, code in timings:
         say(f"{'ok  ' if code == 0 else 'FAIL'} {name} ({seconds:.0f} s)")

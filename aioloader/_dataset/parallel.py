@@ -87,6 +87,9 @@ class EnginePart(Part):
             worker_count=self.settings.worker_count,
             executor=self.settings.executor,
             read_options=self.read_options,
+            # A part holds at most `read_options.prefetch_buffer_size` records, as
+            # Grain's `to_iter_dataset(read_options)` buffer: no per-worker extra.
+            worker_buffer_size=0,
             device_put=device_put,
         )
 
@@ -121,8 +124,10 @@ class EngineStage(Stage[Any]):
 
 
 def engine_state(state: Any) -> dict[str, Any]:
-    """A parallel part's state, from its DataLoader iterator's (JSON, as bytes or parsed)."""
-    return {"stage": "parallel", "loader": json.loads(state) if isinstance(state, bytes) else state}
+    """A parallel part's state, from its DataLoader iterator's: aioloader's part of it (the
+    bytes of `get_state()` also hold Grain's fields, which a part's loader never needs)."""
+    loader = json.loads(state)["aioloader"] if isinstance(state, bytes) else state
+    return {"stage": "parallel", "loader": loader}
 
 
 def loader_state(state: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ reassembly that delivered results in the order they finish would fail.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
@@ -102,7 +103,7 @@ class LateEarly(RandomMapTransform):
     sampler indices with `shuffle=False` and one epoch, and a chunk is one
     worker's), which so finishes first. One record waits at a time, so that
     two waits never wait for each other. `overtaken` counts the waits that
-    ended that way; a wait that times out (a window too small for a second
+    ended that way; a wait that gives up (a window too small for a second
     chunk) stops all later waits. One object serves every worker
     (`__deepcopy__`); it is a random map so that it runs in the main
     interpreter with `executor="interpreter"`, and returns its element.
@@ -124,7 +125,7 @@ class LateEarly(RandomMapTransform):
         with self.changed:
             if element % 10 == 1 and self.patient and not self.waiting and _on_one_of_several_workers():
                 self.waiting = True
-                if self.changed.wait_for(lambda: self._done_later(element, me), timeout=0.5):
+                if self._wait_for_later(element, me):
                     self.overtaken += 1
                 else:
                     self.patient = False
@@ -132,6 +133,18 @@ class LateEarly(RandomMapTransform):
             self.done[element] = me
             self.changed.notify_all()
         return element
+
+    def _wait_for_later(self, element: int, me: str) -> bool:
+        """Wait (holding `changed`) until another worker has done a later record; give up
+        only when no other worker did any record for 2 s: the window has no room for
+        them, rather than a loaded machine that runs them slowly."""
+        while not self._done_later(element, me):
+            if not self.changed.wait_for(functools.partial(self._more_than, len(self.done)), timeout=2.0):
+                return False
+        return True
+
+    def _more_than(self, count: int) -> bool:
+        return len(self.done) > count
 
     def _done_later(self, element: int, me: str) -> bool:
         return any(value > element and worker != me for value, worker in self.done.items())
