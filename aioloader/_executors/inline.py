@@ -17,16 +17,18 @@ hand-off, and paying for them would cost the debug mode its plain-loop speed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioloader._common.positions import Position
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.work import Place, Work
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 @dataclass
@@ -88,6 +90,8 @@ def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
             except StopIteration:
                 return
             if isinstance(step, Await):
+                import asyncio
+
                 runner = runner or asyncio.Runner()
                 answer = runner.run(step.coroutine)
             else:

@@ -14,21 +14,24 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.inline import arun_inline, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
-from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._program.jobs import Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
+
+    from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 
 
 class SyncEngine(Protocol):
@@ -85,6 +88,8 @@ class ThreadedEngine:
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         if self.scheduler.needs_async_runner:
+            from aioloader._executors.loop_thread import AsyncSegments, LoopThread  # imports asyncio
+
             if loop is None:
                 self._loop_thread = LoopThread()
                 loop = self._loop_thread.loop
@@ -121,6 +126,8 @@ class ThreadedEngine:
         (the read pool's threads end with the reads in flight: a few milliseconds)."""
         self._stop()
         self._read_pool.close()
+        import asyncio
+
         deadline = time.monotonic() + 2.0
         while self._workers.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.001)
@@ -200,6 +207,8 @@ def async_engine(spec: LoaderSpec, position: Position) -> AsyncEngine:
     """The engine for `async for`, on the running loop."""
     if spec.worker_count == 0:
         return AsyncInlineEngine(spec, position)
+    import asyncio
+
     return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
 
 
