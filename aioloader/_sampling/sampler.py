@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
-from aioloader._sampling.index_shuffle import index_shuffle_array
+from aioloader._sampling.index_shuffle import index_shuffle_array, index_shuffle_range
 from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sharding import NoSharding, ShardOptions
 
@@ -120,17 +120,24 @@ class IndexSampler(SamplerBase):
         sequence = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
         epochs, positions = np.divmod(sequence // self.shard_options.shard_count, self.shard_length)
         if self.shuffle:
-            positions = self._shuffled(epochs, positions)
+            # A step of one shard's stride walks the shard's positions one by one.
+            consecutive = indices.step == self.shard_options.shard_count
+            positions = self._shuffled(epochs, positions, consecutive)
         keys: list[int] = (positions + self._start).tolist()
         return keys
 
-    def _shuffled(self, epochs: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Each epoch's positions through that epoch's permutation (`epochs` never decreases)."""
+    def _shuffled(self, epochs: np.ndarray, positions: np.ndarray, consecutive: bool) -> np.ndarray:
+        """Each epoch's positions through that epoch's permutation (`epochs` never decreases;
+        `consecutive`: within an epoch, each position is the one before plus 1)."""
         assert self.seed is not None
         cuts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist(), len(epochs)]
         for first, stop in itertools.pairwise(cuts):
             seed = (self.seed + int(epochs[first])) % _SEED_LIMIT
-            positions[first:stop] = index_shuffle_array(positions[first:stop], self.shard_length - 1, seed)
+            run = positions[first:stop]
+            if consecutive:  # the loader's case: blocks computed once, kept for the next chunks
+                run[:] = index_shuffle_range(int(run[0]), len(run), self.shard_length - 1, seed)
+            else:
+                run[:] = index_shuffle_array(run, self.shard_length - 1, seed)
         return positions
 
     def describe(self) -> dict[str, Any]:
