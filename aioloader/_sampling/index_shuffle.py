@@ -84,8 +84,7 @@ def index_shuffle_range(first: int, count: int, max_index: int, seed: int, round
     The same values, at a fraction of the cost when called for consecutive
     runs of positions (see the module docstring). Thread-safe.
     """
-    positions = np.arange(first, first + count, dtype=np.int64)
-    _check_arguments(positions, max_index, seed, rounds)
+    _check_arguments(np.array([first, first + count - 1] if count else [], np.int64), max_index, seed, rounds)
     if max_index == 0:
         return np.zeros(count, dtype=np.int64)
     return _cipher(max_index, seed, rounds).shuffle_range(first, count)
