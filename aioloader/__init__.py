@@ -13,8 +13,9 @@ per part of the pipeline, each importing only the folders before it:
     _executors    who runs the steps: worker threads, subinterpreters, or the caller (inline)
     _device       the device stage: batches onto the accelerator ahead of the step
     _iteration    the iterators behind `for` and `async for`, their engines and checkpoints
-    _dataset      Grain's Dataset API: MapDataset, a lazy tree with random access
     _loader       DataLoader, which checks its arguments and makes the iterators
+    _dataset      Grain's Dataset API: MapDataset (random access) and IterDataset (in order),
+                  whose parallel parts run as DataLoaders on the same engine
 
 aioloader/README.md has the full tree, the life of one chunk from sampler
 index to `next()`, a glossary, and which thread runs what under which lock.
@@ -23,11 +24,21 @@ index to `next()`, a glossary, and which thread runs what under which lock.
 import importlib as _importlib
 import typing as _typing
 
-from aioloader._common.options import ReadOptions
+from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._dataset.base import MapDataset
+from aioloader._dataset.interleave import InterleaveIterDataset
+from aioloader._dataset.iter_base import IterDataset
+from aioloader._dataset.iter_packing import (
+    BestFitPackIterDataset,
+    ConcatThenSplitIterDataset,
+    FirstFitPackIterDataset,
+)
+from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
+from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
+from aioloader._operations.concat_then_split import BOSHandling
 from aioloader._operations.transforms import (
     Batch,
     FilterTransform,
@@ -83,18 +94,27 @@ __all__ = [
     "ArrayRecordDataSource",
     "AsyncDataLoaderIterator",
     "AsyncDataSource",
+    "AsyncDatasetIterator",
+    "BOSHandling",
     "Batch",
+    "BestFitPackIterDataset",
+    "ConcatThenSplitIterDataset",
     "DataLoader",
     "DataLoaderIterator",
+    "DatasetIterator",
     "DevicePut",
     "FilesDataSource",
     "FilterTransform",
+    "FirstFitPackIterDataset",
     "FlatMapTransform",
     "HuggingFaceDataSource",
     "InMemoryDataSource",
     "IndexSampler",
+    "InterleaveIterDataset",
+    "IterDataset",
     "MapDataset",
     "MapTransform",
+    "MultiprocessingOptions",
     "NoSharding",
     "ParquetDataSource",
     "PolarsDataSource",
@@ -107,4 +127,5 @@ __all__ = [
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",
+    "WindowShuffleIterDataset",
 ]

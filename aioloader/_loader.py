@@ -22,6 +22,10 @@ from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
 
 EXECUTORS = ("thread", "interpreter")
+# Threads are cheap, but not free: each holds a stack and its own copy of the
+# operations, and past a few hundred they only contend for the cores and the
+# window. A count above this is a typo (10_000) rather than a plan.
+MAX_WORKER_COUNT = 256
 
 
 class DataLoader:
@@ -34,9 +38,10 @@ class DataLoader:
     `get_state()` / `set_state()` checkpoint and resume it.
 
     `worker_count=0` runs everything in the caller's thread (the debug mode);
-    `worker_count=N` runs reads and operations on N worker threads, each with
-    its own deep copy of the operations. With `executor="interpreter"` (CPython
-    3.13+), each worker thread runs the per-record maps, filters and flat-maps
+    `worker_count=N` runs reads and operations on N worker threads (at most
+    `MAX_WORKER_COUNT`, 256), each with its own deep copy of the operations.
+    With `executor="interpreter"` (CPython 3.13+), each worker thread runs the
+    per-record maps, filters and flat-maps
     (and the reads of a small picklable source) in its own isolated
     subinterpreter, with its own GIL; `worker_count=0` still runs inline, in
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
@@ -67,6 +72,11 @@ class DataLoader:
         self.walk = Walk(sampler)
         _check_seed_for_random_ops(self.walk, self.operations)
         self.worker_count = require_int("worker_count", worker_count, minimum=0)
+        if worker_count > MAX_WORKER_COUNT:
+            raise ValueError(
+                f"`worker_count` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
+                f"starts), got {worker_count}."
+            )
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
         if read_options is not None and not isinstance(read_options, ReadOptions):

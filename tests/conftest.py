@@ -37,6 +37,22 @@ def interpreter_banner() -> str:
     return f"interpreter: {sys.implementation.name} {version}, {build}, {gil} ({sys.executable})"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "soak: minutes of random delays, errors and resumes; outside the default run (-m soak)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soaks run only when asked for by name (`-m soak`)."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    soaks = [item for item in items if item.get_closest_marker("soak") is not None]
+    if soaks:
+        config.hook.pytest_deselected(items=soaks)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
+
+
 def pytest_report_header() -> str:
     return interpreter_banner()
 

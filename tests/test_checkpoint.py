@@ -175,3 +175,31 @@ def test_bad_arguments() -> None:
         CheckpointRestore(make_loader(0))  # type: ignore[arg-type, unused-ignore]
     with pytest.raises(ValueError, match=r"needs the iterator: pass `args=aioloader\.checkpoint"):
         CheckpointHandler().restore(Path("."))
+
+
+def test_an_iter_dataset_iterator_is_saved_and_restored_next_to_a_model(tmp_path: Path) -> None:
+    import aioloader as al
+
+    def pipeline(workers: int) -> al.IterDataset[Any]:
+        parts = {
+            name: al.MapDataset.range(base, base + 60).to_iter_dataset()
+            for name, base in (("a", 0), ("b", 100))
+        }
+        return al.IterDataset.mix(parts, {"a": 1, "b": 2}).batch(3).prefetch(workers)
+
+    expected = [batch.tolist() for batch in pipeline(0)]
+    model = {"w": np.arange(4.0)}
+    with iter(pipeline(2)) as first, ocp.CheckpointManager(tmp_path) as manager:
+        head = take(first, 5)
+        manager.save(
+            5, args=ocp.args.Composite(model=ocp.args.StandardSave(model), loader=CheckpointSave(first))
+        )
+        manager.wait_until_finished()
+    with iter(pipeline(1)) as second, ocp.CheckpointManager(tmp_path) as manager:
+        restored = manager.restore(
+            5,
+            args=ocp.args.Composite(model=ocp.args.StandardRestore(model), loader=CheckpointRestore(second)),
+        )
+        rest = [batch.tolist() for batch in second]
+    np.testing.assert_array_equal(restored["model"]["w"], model["w"])
+    assert [batch.tolist() for batch in head] + rest == expected

@@ -7,22 +7,33 @@ take work, run one segment, hand the result back. The runner comes as a
 context manager, so that what a runner holds (a subinterpreter) is released
 by the thread that made it when the worker ends. User errors travel inside
 the results; anything else (a bug, a copy that fails) breaks the scheduler,
-and the consumer raises it.
+and the consumer raises it. A segment cut short by `close()` (`Stopped`)
+ends the worker quietly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from aioloader._common.calls import Stopped
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import SegmentRunner
 
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
+
+_closers = itertools.count()
+
+
+# How long `join` waits, past its timeout, for a worker still making its runner:
+# a subinterpreter's start cannot be interrupted (a second or more on a busy
+# machine), and only its thread may destroy it.
+STARTING_SECONDS = 30.0
 
 
 class WorkerThreads:
@@ -30,22 +41,34 @@ class WorkerThreads:
 
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
         self._scheduler, self._make_runner = scheduler, make_runner
+        self._started = [threading.Event() for _ in range(count)]  # runner made, or the worker ended
         self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
+            threading.Thread(target=self._work, args=(started,), name=f"{name}-{i}", daemon=True)
+            for i, started in enumerate(self._started)
         ]
         for thread in self._threads:
             thread.start()
 
-    def _work(self) -> None:
+    def _work(self, started: threading.Event) -> None:
+        try:
+            self._work_with_a_runner(started)
+        finally:
+            started.set()
+
+    def _work_with_a_runner(self, started: threading.Event) -> None:
         scheduler = self._scheduler
         try:
+            scheduler.program.shutdown.check()  # closed already: make nothing
             with self._make_runner() as run:
+                started.set()
                 while (work := scheduler.next_work()) is not None:
                     work.run_segment(run)
                     scheduler.advance(work)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work
+        except Stopped:
+            pass  # closed in the middle of a segment: its work is abandoned
         except BaseException as error:
             scheduler.fail(error)
 
@@ -54,11 +77,19 @@ class WorkerThreads:
         return any(thread.is_alive() for thread in self._threads)
 
     def join(self, timeout: float = 2.0) -> bool:
-        """Wait for the workers to end (close the scheduler first); True if all did in `timeout`."""
+        """Wait for the workers to end (close the scheduler first); True if all did.
+
+        `timeout` bounds the wait for a worker in a read or a call of user code;
+        one still making its runner is waited for until it has made it and let
+        it go (`STARTING_SECONDS` at most), so that no subinterpreter outlives
+        `close()`.
+        """
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        for thread, started in zip(self._threads, self._started, strict=True):
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive() and not started.is_set():
+                    thread.join(STARTING_SECONDS)
         return not self.alive()
 
 
@@ -71,3 +102,32 @@ def thread_runner(program: Any) -> RunnerFactory:
         return contextlib.nullcontext(runner)
 
     return make
+
+
+def close_elsewhere(close: Callable[[], None]) -> threading.Thread | None:
+    """Run `close` on a daemon thread of its own, `aioloader-closer-{n}`, and return it.
+
+    For a caller that must not wait: an event loop's thread (joining workers
+    there would freeze every task on the loop), or a finalizer. At
+    interpreter exit, when no thread can start, `close` runs here and None
+    is returned.
+    """
+    thread = threading.Thread(target=close, name=f"aioloader-closer-{next(_closers)}", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        close()
+        return None
+    return thread
+
+
+async def aclose_elsewhere(close: Callable[[], None]) -> None:
+    """Run `close` on a closer thread and await its end without blocking the running loop.
+
+    If the awaiting task is cancelled, the close goes on in its thread.
+    """
+    import asyncio  # here: `for` never loads asyncio
+
+    thread = close_elsewhere(close)
+    while thread is not None and thread.is_alive():
+        await asyncio.sleep(0.001)

@@ -14,14 +14,16 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
-import time
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
-from aioloader._executors.inline import arun_inline, inline_steps, run_inline
+from aioloader._executors.inline import AsyncInline, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
-from aioloader._executors.threads import WorkerThreads, thread_runner
+from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._program.jobs import Outputs
@@ -122,27 +124,45 @@ class ThreadedEngine:
             self._loop_thread.close()
 
     async def aclose(self) -> None:
-        """`close` on the consumer's loop: waits for the workers without blocking it
-        (the read pool's threads end with the reads in flight: a few milliseconds)."""
+        """`close` on the consumer's loop: stops at once, then joins on a closer thread,
+        awaiting it without blocking the loop (a read in flight may take a while)."""
         self._stop()
-        self._read_pool.close()
-        import asyncio
-
-        deadline = time.monotonic() + 2.0
-        while self._workers.alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.001)
+        await aclose_elsewhere(self.close)
 
 
 class InlineEngine:
-    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
+    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks.
+
+    `close()` may come from another thread while `next()` computes: the
+    program's `shutdown` then stops the computation before its next read or
+    call of user code, and that `next()` answers the end. The generator is
+    only ever closed by a thread that is not running it.
+    """
 
     def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
-        self._outputs = run_inline(steps)
+        program = spec.program(None)
+        self._shutdown = program.shutdown
+        self._outputs = run_inline(inline_steps(program, position, spec.read_options.prefetch_buffer_size))
         self._device_put = spec.device_put
+        self._lock = threading.Lock()
+        self._running = self._closed = False
 
     def next(self) -> tuple[Outputs, int] | None:
-        outputs = next(self._outputs, None)
+        with self._lock:
+            if self._closed:
+                return None
+            self._running = True
+        try:
+            outputs = next(self._outputs, None)
+        except Stopped:
+            outputs = None
+        finally:
+            with self._lock:
+                self._running = False
+                closed = self._closed
+        if closed:
+            self._outputs.close()  # close() left it to us: it was running
+            return None
         if outputs is None:
             return None
         return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
@@ -151,21 +171,29 @@ class InlineEngine:
         pass
 
     def close(self) -> None:
+        self._shutdown.set()
+        with self._lock:
+            self._closed = True
+            if self._running:
+                return  # `next()` in another thread stops soon, and closes the generator
         self._outputs.close()
 
 
 class AsyncInlineEngine:
-    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
+    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode).
+
+    `aclose()` while an `anext()` awaits a read or an `async def` map cancels
+    that await, and the pending `anext()` answers the end.
+    """
 
     def __init__(self, spec: LoaderSpec, position: Position) -> None:
         steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
-        self._outputs = arun_inline(steps)
+        self._outputs = AsyncInline(steps)
         self._device_put = spec.device_put
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        try:
-            outputs = await anext(self._outputs)
-        except StopAsyncIteration:
+        outputs = await self._outputs.anext()
+        if outputs is None:
             return None
         return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
 
@@ -173,27 +201,72 @@ class AsyncInlineEngine:
         pass
 
     def close(self) -> None:
-        pass  # no threads; the loop finalises the async generator
+        pass  # no threads; what it holds goes with it
 
     async def aclose(self) -> None:
-        await self._outputs.aclose()
+        self._outputs.close()
 
 
 E = TypeVar("E", SyncEngine, AsyncEngine)
+T = TypeVar("T")
 
 
 class EngineHolder(Generic[E]):
-    """Owns the current engine; the iterator's finalizer closes it without a reference
-    to the iterator itself, so that garbage collection can run it."""
+    """The iterator's current engine and whether the iterator is closed, safe from any thread.
+
+    `open` (the consumer) and `take` (`close()` from any thread, or the
+    finalizer) exchange the engine under a lock, so that a close never misses
+    an engine that is being made. The finalizer closes the engine through
+    the holder, without a reference to the iterator, so that garbage
+    collection can run it.
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.engine: E | None = None
+        self.closed = False
+
+    def open(self, make: Callable[[], E]) -> E | None:
+        """The engine, made by `make()` if there is none yet; None once closed."""
+        with self._lock:
+            if self.closed:
+                return None
+            if self.engine is None:
+                self.engine = make()
+            return self.engine
+
+    def unless_closed(self, act: Callable[[], T]) -> T | None:
+        """`act()`, or None once closed: a `take()` (a close from any thread) comes wholly
+        before or after it, so what `act` hands over is never handed over after a close."""
+        with self._lock:
+            return None if self.closed else act()
+
+    def reopen(self) -> None:
+        """Let `open` make an engine again (`set_state`)."""
+        with self._lock:
+            self.closed = False
+
+    def take(self) -> E | None:
+        """Close the holder and take its engine, for the caller to close."""
+        with self._lock:
+            self.closed = True
+            engine, self.engine = self.engine, None
+        if engine is not None:
+            interrupts.unwatch(engine)
+        return engine
 
     def close(self) -> None:
-        engine, self.engine = self.engine, None
+        """Close the engine here, joining its threads."""
+        engine = self.take()
         if engine is not None:
             engine.close()
-            interrupts.unwatch(engine)
+
+    def close_elsewhere(self) -> None:
+        """Close the engine on a closer thread: an async iterator's finalizer runs on
+        the event loop's thread (leaving `async for` with `break`), which must not wait."""
+        engine = self.take()
+        if engine is not None:
+            close_elsewhere(engine.close)
 
 
 def sync_engine(spec: LoaderSpec, position: Position) -> SyncEngine:

@@ -17,31 +17,45 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
-from aioloader._iteration import interrupts as interrupts
+from aioloader._executors.threads import close_elsewhere
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._iteration.state import make_state, read_state
+from aioloader._iteration.state import check_position, make_state, read_state
 from aioloader._program.jobs import Outputs
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 _EMPTY: list[Any] = []
 
 
 class _Cursor(Generic[E]):
-    """The `Outputs` being delivered, where the consumer is, and the engine."""
+    """The `Outputs` being delivered, where the consumer is, and the engine.
+
+    Only the consumer changes the outputs and the position. `close()` from
+    another thread closes the engine through the holder and leaves them
+    alone (`stop(elsewhere=True)`): the consumer sees the holder closed at
+    its next step and stops there.
+    """
 
     def __init__(self, spec: LoaderSpec) -> None:
         self.spec = spec
-        self.closed = False
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
+        self.consumer: int | None = None  # the thread that last asked for outputs
         self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
+
+    @property
+    def closed(self) -> bool:
+        return self.holder.closed
 
     def reset(self, position: Position) -> None:
         self.base = position
@@ -67,6 +81,15 @@ class _Cursor(Generic[E]):
         self.current = iter(self.items)
         return self.current
 
+    def load_unless_closed(self, found: tuple[Outputs, int] | None) -> Iterator[Any] | None:
+        """`load(*found)`, unless `found` is None (the end) or the iterator was closed
+        meanwhile, from any thread: then None. Loaded under the holder's lock, so a
+        `next()` still pending when `close()` returned never returns an output."""
+        if found is None:
+            return None
+        outputs, weight = found
+        return self.holder.unless_closed(lambda: self.load(outputs, weight))
+
     def finish_outputs(self) -> int:
         """Let go of the current `Outputs`, all delivered; return their weight, to release.
 
@@ -84,26 +107,47 @@ class _Cursor(Generic[E]):
         failure, self.failure = self.failure, None
         return None if failure is None else failure.error
 
-    def stop(self) -> None:
-        """Deliver nothing more: empty the current `Outputs` in place (their iterator
-        stops with it), and close the engine."""
-        self.closed = True
-        self.base = self.position()
-        self.items.clear()
-        self.finish_outputs()
-        self.holder.close()
+    def stop(self, elsewhere: bool = False) -> E | None:
+        """Deliver nothing more; return the engine, for the caller to close.
+
+        The consumer (`elsewhere=False`) also empties the current `Outputs` in
+        place (their iterator stops with it). Another thread must not touch
+        them while the consumer may be taking one: the outputs already handed
+        over stay deliverable, and the position stays exact.
+        """
+        engine = self.holder.take()
+        if not elsewhere:
+            self.base = self.position()
+            self.items.clear()
+            self.finish_outputs()
+        return engine
+
+    def open_engine(self, make: Callable[[LoaderSpec, Position], E]) -> E | None:
+        """The engine (made from the current position if there is none); None once closed."""
+        return self.holder.open(lambda: make(self.spec, self.position()))
 
     def get_state(self) -> dict[str, Any]:
         return make_state(self.position(), self.spec.description)
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: dict[str, Any]) -> E | None:
+        """Restart at `state`'s position; return the engine that ran, for the caller to close."""
         position = read_state(state, self.spec.description)
-        length = self.spec.length
-        if length is not None and position[0] > length:
-            raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
-        self.stop()
+        check_position(position, self.spec.description, self.spec.length)
+        engine = self.stop()
         self.reset(position)
-        self.closed = False
+        self.holder.reopen()
+        return engine
+
+
+def position_of(iterator: DataLoaderIterator | AsyncDataLoaderIterator) -> Position:
+    """Where `iterator` stands (after its last output delivered), without making a state:
+    what an IterDataset's stage keeps for each element, and turns into a state later."""
+    return iterator._cursor.position()
+
+
+def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: Position) -> dict[str, Any]:
+    """The state `iterator.get_state()` gave, or would give, at `position` (any thread)."""
+    return make_state(position, iterator._cursor.spec.description)
 
 
 class DataLoaderIterator(itertools.chain[Any]):
@@ -158,13 +202,22 @@ class DataLoaderIterator(itertools.chain[Any]):
                 "the data, after an error, or asked for more after close()); call set_state on a "
                 "new one, iter(loader)."
             )
-        self._cursor.set_state(state)
+        _close(self._cursor.set_state(state))
 
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
         record it holds. Idempotent; `get_state()` still works afterwards, and
-        `set_state()` opens the iterator again."""
-        self._cursor.stop()
+        `set_state()` opens the iterator again.
+
+        Any thread may call it. A `next()` waiting in another thread then
+        raises StopIteration, as a closed file's iterator ends (or the
+        pipeline's error, if it had failed before); so does every later
+        `next()`, once the outputs already handed to the iterator before the
+        close (the rest of one chunk's) are delivered: `get_state()` counts
+        exactly the outputs that `next()` returned.
+        """
+        cursor = self._cursor
+        _close(cursor.stop(elsewhere=cursor.consumer not in (None, threading.get_ident())))
 
     def __enter__(self) -> DataLoaderIterator:
         return self
@@ -182,41 +235,50 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
     """
     try:
         while True:
+            cursor.consumer = threading.get_ident()
             error = cursor.take_failure()
             if error is not None:
-                cursor.stop()
+                _close(cursor.stop())
                 raise error
-            if cursor.closed:
-                return
-            engine = cursor.holder.engine
+            engine = cursor.open_engine(sync_engine)
             if engine is None:
-                engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
+                _close(cursor.stop())  # closed, perhaps from another thread
+                return
             engine.release(cursor.finish_outputs())
             try:
                 found = engine.next()
             except BaseException:
-                cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
+                _close(cursor.stop())  # KeyboardInterrupt while waiting, or a bug: stop every thread
                 raise
-            if found is None:
-                cursor.stop()
+            items = cursor.load_unless_closed(found)
+            if items is None:
+                _close(cursor.stop())
                 return
-            items = cursor.load(*found)
             del found, engine  # while suspended, this frame must hold nothing but the items' iterator
             yield items
     finally:
         cursor.ended = True
 
 
+def _close(engine: SyncEngine | AsyncEngine | None) -> None:
+    if engine is not None:
+        engine.close()
+
+
 class AsyncDataLoaderIterator:
     """Iterates a `DataLoader` on the running event loop; see `DataLoader`.
 
     Workers run the user's code, so other tasks on the loop keep running
-    while records are read and transformed.
+    while records are read and transformed. The iterator belongs to the
+    event loop on which it started: awaiting it on another (under a second
+    `asyncio.run()`) is a RuntimeError. Leaving `async for` early closes it
+    without blocking the loop: its threads are joined on a closer thread.
     """
 
     def __init__(self, spec: LoaderSpec) -> None:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
-        weakref.finalize(self, EngineHolder.close, self._cursor.holder)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
+        weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
         return self
@@ -234,22 +296,39 @@ class AsyncDataLoaderIterator:
             if error is not None:
                 await self.aclose()
                 raise error
-            if cursor.closed:
-                raise StopAsyncIteration
-            engine = cursor.holder.engine
+            self._check_loop()
+            engine = cursor.open_engine(self._make_engine)
             if engine is None:
-                engine = cursor.holder.engine = async_engine(cursor.spec, cursor.position())
+                await self.aclose()
+                raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
             try:
                 found = await engine.anext()
             except BaseException:
                 await self.aclose()
                 raise
-            if found is None:
+            items = cursor.load_unless_closed(found)
+            if items is None:  # the end, or aclose() while we waited
                 await self.aclose()
                 raise StopAsyncIteration
-            for output in cursor.load(*found):
+            for output in items:
                 return output
+
+    def _make_engine(self, spec: LoaderSpec, position: Position) -> AsyncEngine:
+        import asyncio  # here and below: `for` never loads asyncio
+
+        self._loop = asyncio.get_running_loop()
+        return async_engine(spec, position)
+
+    def _check_loop(self) -> None:
+        import asyncio
+
+        if self._cursor.holder.engine is not None and self._loop is not asyncio.get_running_loop():
+            raise RuntimeError(
+                "this AsyncDataLoaderIterator belongs to another event loop: its workers hand their "
+                "outputs to the loop it started on (an earlier asyncio.run()?). Iterate it on that "
+                "loop, or call set_state(get_state()) to restart it on this one where it stood."
+            )
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
@@ -261,20 +340,25 @@ class AsyncDataLoaderIterator:
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again. A state from another
-        pipeline is a ValueError that names what differs.
+        pipeline is a ValueError that names what differs. The threads that
+        ran are joined on a closer thread, not on the loop.
         """
-        self._cursor.set_state(state)
+        engine = self._cursor.set_state(state)
+        if engine is not None:
+            close_elsewhere(engine.close)
 
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go
         of every record it holds. Idempotent; `get_state()` still works afterwards,
-        and `set_state()` opens the iterator again."""
-        cursor = self._cursor
-        engine, cursor.holder.engine = cursor.holder.engine, None
-        cursor.stop()
+        and `set_state()` opens the iterator again.
+
+        An `__anext__` awaiting in another task meanwhile raises
+        StopAsyncIteration (or the pipeline's error, if it had failed before).
+        The threads are joined on a closer thread, so the loop stays free.
+        """
+        engine = self._cursor.stop()
         if engine is not None:
             await engine.aclose()
-            interrupts.unwatch(engine)
 
     async def __aenter__(self) -> AsyncDataLoaderIterator:
         return self

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._iteration.state import CheckpointableIterator
 
 try:
     import jax
@@ -29,7 +30,7 @@ except ImportError as error:
         f"({error}); install the `orbax` extra: pip install 'aioloader[orbax]'."
     ) from error
 
-LoaderIterator = DataLoaderIterator | AsyncDataLoaderIterator
+LoaderIterator = DataLoaderIterator | AsyncDataLoaderIterator | CheckpointableIterator
 _FILE_NAME = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
 
@@ -97,11 +98,12 @@ ocp.args.register_with_handler(CheckpointHandler, for_restore=True)(CheckpointRe
 
 
 def _check_iterator(item: Any) -> None:
-    if not isinstance(item, DataLoaderIterator | AsyncDataLoaderIterator):
-        raise TypeError(
-            "`item` must be an iterator of a DataLoader (`iter(loader)` or `aiter(loader)`), "
-            f"got {item!r:.200} of type {type(item).__name__}."
-        )
+    if isinstance(item, DataLoaderIterator | AsyncDataLoaderIterator | CheckpointableIterator):
+        return
+    raise TypeError(
+        "`item` must be an iterator of a DataLoader (`iter(loader)` or `aiter(loader)`) or of an "
+        f"IterDataset (`iter(dataset)`), got {item!r:.200} of type {type(item).__name__}."
+    )
 
 
 def _read_state(directory: Any) -> Any:

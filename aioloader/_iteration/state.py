@@ -8,6 +8,7 @@ it, so a state resumes under any `worker_count` or executor.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from aioloader._common.positions import Position
@@ -68,3 +69,49 @@ def _check_old_order(sampler: Any) -> None:
             f"sharding, by a sampler that shuffles or shards ({sampler!r}); its positions name other "
             "records now, so it cannot be resumed without repeating or skipping records."
         )
+
+
+class CheckpointableIterator(abc.ABC):
+    """An iterator the orbax handler saves and restores besides a DataLoader's: the
+    iterators of an IterDataset, defined a layer up, derive from it.
+
+    `get_state()` returns a JSON-serialisable dict; `set_state(state)` resumes from it.
+    """
+
+    @abc.abstractmethod
+    def get_state(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+
+def check_position(position: Position, pipeline: dict[str, Any], length: int | None) -> None:
+    """Reject a position that this pipeline cannot reach, naming the field and its allowed range.
+
+    `length` is the sampler's (None: endless). Elements of a record are
+    skipped only after a flat-map splits it across outputs, and outputs of a
+    batch only after a flat-map follows `Batch`; at the end, nothing is.
+    Whether a record or batch gives more than the count skipped is checked
+    when it is made again (`Run.drop_leading`).
+    """
+    index, skip_elements, skip_outputs = position
+    if length is not None and index > length:
+        _out_of_range("index", f"between 0 and the sampler's length {length}", index)
+    operations = [str(kind) for kind in pipeline.get("operations", ())]
+    batch = next((i for i, kind in enumerate(operations) if kind.startswith("batch(")), len(operations))
+    ends = length is not None and index == length
+    if skip_elements and (ends or "flat_map" not in operations[:batch]):
+        _out_of_range("skip_elements", _zero_unless("a flat-map before any Batch", ends), skip_elements)
+    if skip_outputs and (ends or "flat_map" not in operations[batch + 1 :]):
+        _out_of_range("skip_outputs", _zero_unless("a Batch followed by a flat-map", ends), skip_outputs)
+
+
+def _zero_unless(what: str, ends: bool) -> str:
+    return "0 at the end of the sampler" if ends else f"0 in a pipeline without {what}"
+
+
+def _out_of_range(field: str, allowed: str, value: int) -> None:
+    raise ValueError(
+        f"`state['position']['{field}']` must be {allowed}, got {value}: "
+        "this state cannot come from this pipeline."
+    )

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import copy
 import enum
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aioloader._common.calls import Shutdown
 from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
@@ -85,6 +85,9 @@ class Program:
     `read_threads` bounds the reads and `async def` maps awaited at once;
     `read_pool`, given with worker threads, reads slow sources concurrently
     (see `read_pool`); without it, every read is the worker's own.
+    `shutdown`, shared by every worker's copy, is set when the engine closes:
+    a synchronous segment then stops before its next read or call of user
+    code, raising `Stopped` (see `_common/calls`).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Program:
         self.plan = _choose_plan(operations)
         self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
+        self.shutdown = Shutdown()
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
@@ -145,23 +149,23 @@ class Program:
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
         pool = self.read_pool  # see `_read_pool`
         if pool is None or hasattr(self.source, "__getitems__"):
-            read(self.source, chunk)
+            read(self.source, chunk, self.shutdown)
         elif pool.engaged:
-            read(self.source, chunk, pool.map)
+            read(self.source, chunk, self.shutdown, pool.map)
         elif pool.suspicious:
-            read(self.source, chunk, pool.probing_map)
+            read(self.source, chunk, self.shutdown, pool.probing_map)
         else:
-            started = time.perf_counter()
-            read(self.source, chunk)
-            pool.note_chunk(time.perf_counter() - started, len(chunk.keys))
+            started = pool.clock()
+            read(self.source, chunk, self.shutdown)
+            pool.note_chunk(pool.clock() - started, len(chunk.keys))
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:
-        apply(self.operations.before[i], run, self.seed)
+        apply(self.operations.before[i], run, self.seed, self.shutdown)
         return run
 
     def _step_after(self, i: int, run: Run) -> Run:
-        apply(self.operations.after[i], run, self.seed)
+        apply(self.operations.after[i], run, self.seed, self.shutdown)
         return run
 
     def _step_records_out(self, _: int, chunk: RecordChunk) -> Outputs:

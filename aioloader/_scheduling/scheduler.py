@@ -179,8 +179,14 @@ class Scheduler:
         self._wake_consumer_locked()
 
     def fail(self, error: BaseException) -> None:
-        """A worker or the loop met an error that is not the user's data: stop, and tell the consumer."""
+        """A worker or the loop met an error that is not the user's data: stop, and tell the consumer.
+
+        Once the scheduler is closed, nobody waits for an answer: errors that
+        closing caused (a read cancelled in the pool) are not the consumer's.
+        """
         with self._lock:
+            if self._closed:
+                return
             self._broken = self._broken or error
             self._closed = True
             self._work_ready.notify_all()
@@ -233,7 +239,12 @@ class Scheduler:
             self._work_ready.notify_all()
 
     def close(self) -> None:
-        """Stop handing out work and drop every result; idempotent, any thread."""
+        """Stop handing out work and drop every result; idempotent, any thread.
+
+        Segments running on the workers stop before their next read or call
+        of user code (the program's `shutdown`).
+        """
+        self.program.shutdown.set()
         with self._lock:
             self._closed = True
             for stage in (self.records, self._final):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aioloader import DataLoader
@@ -12,13 +13,15 @@ async def collect_async(loader: DataLoader) -> list[Any]:
     return [x async for x in loader]
 
 
-def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    """Every output before the error, and the error."""
+def drain(
+    loader: Iterable[Any], errors: type[BaseException] | tuple[type[BaseException], ...] = Exception
+) -> tuple[list[Any], BaseException]:
+    """Every output before the error (one of `errors`), and the error."""
     got: list[Any] = []
     try:
         for item in loader:
             got.append(item)
-    except Exception as error:
+    except errors as error:
         return got, error
     raise AssertionError(f"no error after {len(got)} outputs")
 
