@@ -28,30 +28,12 @@ from aioloader._sources.arrayrecord.riegeli import BLOCK_SIZE, Chunk
 from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
 from aioloader._sources.cache import ByteBoundedCache
 from tests.conftest import FREE_THREADED, repeated
-from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
+from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, offsets_to_damage
 from tests.test_highwayhash import IMPLEMENTATIONS, Hash
 
 REPO = Path(__file__).resolve().parent.parent
 READERS = ["builtin", "array_record"] if array_record_installed() else ["builtin"]
 BY_NAME = {spec.name: spec for spec in ALL}
-
-
-@pytest.fixture(scope="session")
-def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("array_record")
-    if array_record_installed():
-        write_all(directory)
-    elif os.environ.get("AIOLOADER_GIL_PYTHON"):
-        env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
-        writer = "tests.support.arrayrecord_files"
-        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", writer, str(directory)]
-        subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
-    else:
-        pytest.skip(
-            "array_record (the official writer) does not import here and AIOLOADER_GIL_PYTHON names no "
-            "interpreter that has it; `./dev test` sets it for the free-threaded session"
-        )
-    return directory
 
 
 @pytest.fixture(params=READERS)
@@ -188,21 +170,6 @@ def test_a_chunk_that_disagrees_with_the_footer_is_an_error(array_record_dir: Pa
     assert source[1] == BY_NAME["uncompressed"].records()[1]
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))}.*chunk 0 .* 2 records .* footer says 1"):
         source[0]
-
-
-def offsets_to_damage(whole: bytes, sample: int | None) -> list[int]:
-    """Every byte that holds something (up to the padding before the last block, and the
-    postscript at its start), or `sample` of them plus every byte of the block headers;
-    and a few bytes of padding."""
-    last_block = len(whole) - 65536
-    end = max(i for i in range(last_block) if whole[i]) + 8  # zeros after this are padding
-    held = [*range(end), *range(last_block, last_block + 160)]
-    rng = random.Random(len(whole))
-    if sample is not None:
-        headers = [b + i for b in range(65536, len(whole), 65536) for i in range(24)]
-        held = sorted({*rng.sample(held, sample), *headers})
-    padding = rng.sample(range(end, last_block), 20)
-    return held + padding
 
 
 @pytest.mark.parametrize(

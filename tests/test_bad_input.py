@@ -103,10 +103,13 @@ def test_batch_arguments(kwargs: dict[str, Any], error: type[Exception], message
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_threads": 0}, r"`num_threads` must be greater than or equal to 1, got 0"),
-        ({"prefetch_buffer_size": -1}, r"`prefetch_buffer_size` must be greater than or equal to 1, got -1"),
+        ({"num_threads": -1}, r"`num_threads` must be greater than or equal to 0, got -1\."),
+        (
+            {"prefetch_buffer_size": -1},
+            r"`prefetch_buffer_size` must be greater than or equal to 0, got -1\.",
+        ),
     ],
-    ids=["zero-threads", "negative-buffer"],
+    ids=["negative-threads", "negative-buffer"],
 )
 def test_read_options_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import aioloader as al
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource
 from tests.conftest import ORBAX_MISSING
+from tests.grain_reference import grain_python
+from tests.support.grain_states import loader
 from tests.support.reference import AddOne, Noise, assert_same_outputs, reference_outputs
 
 NUM_RECORDS = 50
@@ -54,7 +56,7 @@ def test_checkpointer_alone_restores_exactly_the_remaining_batches(
         with ocp.Checkpointer(CheckpointHandler()) as checkpointer:
             checkpointer.save(path, args=CheckpointSave(first))
         saved = first.get_state()
-    assert json.loads((path / "process_0-of-1.json").read_text()) == saved
+    assert (path / "process_0-of-1.json").read_bytes() == saved
     with iter(make_loader(after)) as second, ocp.Checkpointer(CheckpointHandler()) as checkpointer:
         assert checkpointer.restore(path, args=CheckpointRestore(second)) is second
         tail = list(second)
@@ -203,3 +205,15 @@ def test_an_iter_dataset_iterator_is_saved_and_restored_next_to_a_model(tmp_path
         rest = [batch.tolist() for batch in second]
     np.testing.assert_array_equal(restored["model"]["w"], model["w"])
     assert [batch.tolist() for batch in head] + rest == expected
+
+
+def test_a_step_that_grains_own_handler_saved_restores_here(tmp_path: Path) -> None:
+    """A job moves from Grain to aioloader at a checkpoint: the same file names, the same text."""
+    gp = grain_python()
+    theirs = iter(loader(gp, "batched", 0))
+    head = take(theirs, 6)
+    with ocp.Checkpointer(gp.PyGrainCheckpointHandler()) as checkpointer:
+        checkpointer.save(tmp_path / "loader", args=gp.PyGrainCheckpointSave(theirs))
+    with iter(loader(al, "batched", 2)) as ours, ocp.Checkpointer(CheckpointHandler()) as checkpointer:
+        checkpointer.restore(tmp_path / "loader", args=CheckpointRestore(ours))
+        assert_same_outputs(head + list(ours), list(loader(al, "batched", 0)))

@@ -513,7 +513,7 @@ def test_close_from_another_thread_ends_a_pending_next(moment: str, workers: int
     assert outcome == [None]  # StopIteration, nothing else
     assert got == wanted_batches(source, len(got))  # a prefix: nothing lost, repeated or changed
     state = iterator.get_state()
-    assert state["position"]["index"] == 2 * len(got)  # exactly what next() returned
+    assert json.loads(state)["aioloader"]["position"]["index"] == 2 * len(got)  # exactly what next() returned
     with iter(reads_loader(Reads(0.0), 0)) as resumed:
         resumed.set_state(state)
         assert [next(resumed).tolist() for _ in range(3)] == wanted_batches(source, len(got) + 3)[len(got) :]

@@ -25,7 +25,7 @@ from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
-from aioloader._scheduling.planner import plan_chunks
+from aioloader._scheduling.planner import FIRST_CHUNK_RECORDS, plan_chunks
 from aioloader._scheduling.work import Place, Work
 
 if TYPE_CHECKING:
@@ -42,9 +42,13 @@ class Await:
 Steps = Generator[Any, Any, None]
 
 
-def inline_steps(program: Program, position: Position, prefetch_buffer_size: int) -> Steps:
-    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments."""
-    planner, tail = plan_chunks(program, position, prefetch_buffer_size)
+def inline_steps(
+    program: Program, position: Position, prefetch_buffer_size: int, first_records: int = FIRST_CHUNK_RECORDS
+) -> Steps:
+    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments.
+
+    `first_records`: the first chunk's size (see `ChunkPlanner`)."""
+    planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
     while (job := planner.next_job()) is not None:
         result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds)

@@ -21,13 +21,16 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
-from aioloader._executors.inline import AsyncInline, inline_steps, run_inline
+from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
+from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
+from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
+from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -84,9 +87,10 @@ class ThreadedEngine:
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, loop: asyncio.AbstractEventLoop | None) -> None:
-        self._read_pool = ReadPool(spec.read_options.num_threads)
+        threads = spec.read_options.num_threads
+        self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
         program = spec.program(self._read_pool)
-        self.scheduler = Scheduler(program, position, spec.read_options, spec.worker_count)
+        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         if self.scheduler.needs_async_runner:
@@ -115,10 +119,14 @@ class ThreadedEngine:
         if self._segments is not None:
             self._segments.cancel()
 
+    def _close_read_pool(self) -> None:
+        if self._read_pool is not None:
+            self._read_pool.close()
+
     def close(self) -> None:
         """Stop everything and join every thread (any thread may call it)."""
         self._stop()
-        self._read_pool.close()
+        self._close_read_pool()
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
@@ -136,13 +144,16 @@ class InlineEngine:
     `close()` may come from another thread while `next()` computes: the
     program's `shutdown` then stops the computation before its next read or
     call of user code, and that `next()` answers the end. The generator is
-    only ever closed by a thread that is not running it.
+    only ever closed by a thread that is not running it. With `prefetch`
+    (`start_prefetch()`), the first chunk's records are read on other threads
+    until the first `next()` asks for them (see `EarlyRead`).
     """
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
         program = spec.program(None)
         self._shutdown = program.shutdown
-        self._outputs = run_inline(inline_steps(program, position, spec.read_options.prefetch_buffer_size))
+        steps, self._early = _inline(program, spec, position, prefetch)
+        self._outputs = run_inline(steps)
         self._device_put = spec.device_put
         self._lock = threading.Lock()
         self._running = self._closed = False
@@ -161,7 +172,7 @@ class InlineEngine:
                 self._running = False
                 closed = self._closed
         if closed:
-            self._outputs.close()  # close() left it to us: it was running
+            self._finish()  # close() left it to us: it was running
             return None
         if outputs is None:
             return None
@@ -176,7 +187,12 @@ class InlineEngine:
             self._closed = True
             if self._running:
                 return  # `next()` in another thread stops soon, and closes the generator
+        self._finish()
+
+    def _finish(self) -> None:
         self._outputs.close()
+        if self._early is not None:
+            self._early.close()
 
 
 class AsyncInlineEngine:
@@ -186,8 +202,8 @@ class AsyncInlineEngine:
     that await, and the pending `anext()` answers the end.
     """
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
+        steps, self._early = _inline(spec.program(None), spec, position, prefetch)
         self._outputs = AsyncInline(steps)
         self._device_put = spec.device_put
 
@@ -201,10 +217,29 @@ class AsyncInlineEngine:
         pass
 
     def close(self) -> None:
-        pass  # no threads; what it holds goes with it
+        # No threads but the early read's; the rest goes with the engine.
+        if self._early is not None:
+            self._early.close()
 
     async def aclose(self) -> None:
         self._outputs.close()
+        if self._early is not None:
+            await asyncio.to_thread(self._early.close)  # joins its threads without blocking the loop
+
+
+def _inline(
+    program: Program, spec: LoaderSpec, position: Position, prefetch: bool
+) -> tuple[Steps, EarlyRead | None]:
+    """The inline driver's steps from `position`, and with `prefetch` the first chunk's
+    early read (when reads may run ahead: both `ReadOptions` above 0, a sync source)."""
+    buffer = spec.read_options.prefetch_buffer_size
+    if not (prefetch and spec.read_options.reads_ahead):
+        return inline_steps(program, position, buffer), None
+    batch = program.operations.batch
+    first = 1 if batch is None else batch.batch_size  # the records of the first output
+    job = plan_chunks(program, position, buffer, first)[0].next_job()
+    early = None if job is None else program.read_early(job, spec.read_options.num_threads)
+    return inline_steps(program, position, buffer, first), early
 
 
 E = TypeVar("E", SyncEngine, AsyncEngine)
@@ -269,17 +304,21 @@ class EngineHolder(Generic[E]):
             close_elsewhere(engine.close)
 
 
-def sync_engine(spec: LoaderSpec, position: Position) -> SyncEngine:
-    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
+def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> SyncEngine:
+    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C).
+
+    Threads start working at once; `prefetch` makes the inline engine read
+    its first chunk early (see `InlineEngine`).
+    """
     if spec.worker_count == 0:
-        return InlineEngine(spec, position)
+        return InlineEngine(spec, position, prefetch)
     return _threaded(spec, ThreadedEngine(spec, position, None))
 
 
-def async_engine(spec: LoaderSpec, position: Position) -> AsyncEngine:
-    """The engine for `async for`, on the running loop."""
+def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
+    """The engine for `async for`, on the running loop (`prefetch` as for `sync_engine`)."""
     if spec.worker_count == 0:
-        return AsyncInlineEngine(spec, position)
+        return AsyncInlineEngine(spec, position, prefetch)
     import asyncio
 
     return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))

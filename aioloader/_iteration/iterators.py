@@ -28,8 +28,9 @@ from aioloader._common.positions import Position
 from aioloader._executors.threads import close_elsewhere
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._iteration.state import check_position, make_state, read_state
+from aioloader._iteration.state import check_position, dump_state, load_state, make_state
 from aioloader._program.jobs import Outputs
+from aioloader._sampling.leftovers import Detour, Leftovers
 
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
@@ -47,7 +48,8 @@ class _Cursor(Generic[E]):
     """
 
     def __init__(self, spec: LoaderSpec) -> None:
-        self.spec = spec
+        self.loader_spec = self.spec = spec  # `spec` is the loader's, or resumed with a detour
+        self.detour: Detour | None = None  # after a Grain state that left records behind
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.consumer: int | None = None  # the thread that last asked for outputs
         self.holder: EngineHolder[E] = EngineHolder()
@@ -103,6 +105,11 @@ class _Cursor(Generic[E]):
         weight, self.weight = self.weight, 0
         return weight
 
+    def prefetch(self, make: Callable[[LoaderSpec, Position, bool], E]) -> None:
+        """Make the engine now with `make(spec, position, prefetch=True)`, unless there is
+        one already or the iterator is closed."""
+        self.holder.open(lambda: make(self.spec, self.position(), True))
+
     def take_failure(self) -> BaseException | None:
         failure, self.failure = self.failure, None
         return None if failure is None else failure.error
@@ -126,15 +133,24 @@ class _Cursor(Generic[E]):
         """The engine (made from the current position if there is none); None once closed."""
         return self.holder.open(lambda: make(self.spec, self.position()))
 
-    def get_state(self) -> dict[str, Any]:
-        return make_state(self.position(), self.spec.description)
+    def get_state(self) -> bytes:
+        index, skip_elements, skip_outputs = self.position()
+        detour = self.detour
+        starts = None
+        if detour is not None:
+            index, starts = detour.true_index(index), list(detour.leftovers.starts)
+        spec = self.loader_spec
+        return dump_state((index, skip_elements, skip_outputs), starts, spec.description, spec.grain)
 
-    def set_state(self, state: dict[str, Any]) -> E | None:
+    def set_state(self, state: bytes | dict[str, Any]) -> E | None:
         """Restart at `state`'s position; return the engine that ran, for the caller to close."""
-        position = read_state(state, self.spec.description)
-        check_position(position, self.spec.description, self.spec.length)
+        spec = self.loader_spec
+        position, starts = load_state(state, spec.description, spec.grain, spec.length)
+        check_position(position, spec.description, spec.length)
+        detour = None if starts is None else Detour(Leftovers(starts), position[0])
         engine = self.stop()
-        self.reset(position)
+        self.spec, self.detour = spec.resumed(detour), detour
+        self.reset(position if detour is None else (detour.first, position[1], position[2]))
         self.holder.reopen()
         return engine
 
@@ -146,8 +162,9 @@ def position_of(iterator: DataLoaderIterator | AsyncDataLoaderIterator) -> Posit
 
 
 def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: Position) -> dict[str, Any]:
-    """The state `iterator.get_state()` gave, or would give, at `position` (any thread)."""
-    return make_state(position, iterator._cursor.spec.description)
+    """The state `iterator.get_state()` gave, or would give, at `position` (any thread), as a
+    dict (aioloader's part of it): an IterDataset's loaders never resume from a Grain state."""
+    return make_state(position, iterator._cursor.loader_spec.description)
 
 
 class DataLoaderIterator(itertools.chain[Any]):
@@ -181,13 +198,31 @@ class DataLoaderIterator(itertools.chain[Any]):
         """The next output (as `next(iterator)`)."""
         return next(self)
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def start_prefetch(self) -> None:
+        """Start filling the pipeline now, before the first `next()`, as Grain's does.
+
+        With workers, they start reading and transforming; with
+        `worker_count=0`, the records of the first output are read on other
+        threads (the operations still run in the caller's thread, at
+        `next()`). Nothing starts when `ReadOptions` allow no read-ahead
+        there (a 0), for an async source there, once the pipeline runs, or
+        on a closed iterator. Idempotent; never changes the outputs.
+        """
+        self._cursor.prefetch(sync_engine)
+
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`: what `get_state` of a loader with the same pipeline
+        returned (bytes; the dicts of earlier versions too), or what Grain 0.2.18's
+        own DataLoader iterator saved for the same sampler and source, with any
+        `worker_count`. Every record Grain had not delivered comes next, each once,
+        in aioloader's order (after a state of several Grain workers, those they
+        left behind their furthest come first, in order).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again, as long as it has not
@@ -314,11 +349,11 @@ class AsyncDataLoaderIterator:
             for output in items:
                 return output
 
-    def _make_engine(self, spec: LoaderSpec, position: Position) -> AsyncEngine:
+    def _make_engine(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
         import asyncio  # here and below: `for` never loads asyncio
 
         self._loop = asyncio.get_running_loop()
-        return async_engine(spec, position)
+        return async_engine(spec, position, prefetch)
 
     def _check_loop(self) -> None:
         import asyncio
@@ -330,13 +365,27 @@ class AsyncDataLoaderIterator:
                 "loop, or call set_state(get_state()) to restart it on this one where it stood."
             )
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def start_prefetch(self) -> None:
+        """As `DataLoaderIterator.start_prefetch`; call it on the loop that iterates
+        (in a coroutine): with workers, asynchronous steps run on that loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncDataLoaderIterator.start_prefetch() must be called on the event loop that "
+                "iterates it (from a coroutine); no event loop is running in this thread."
+            ) from None
+        self._check_loop()
+        self._cursor.prefetch(self._make_engine)
+
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`, as `DataLoaderIterator.set_state` (Grain's states too).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again. A state from another

@@ -4,14 +4,29 @@ A state is a few hundred bytes of JSON whatever the dataset size. It records
 the sampler, the source's type and length and the kinds of operations, and a
 state from a different pipeline is rejected; the worker count is not part of
 it, so a state resumes under any `worker_count` or executor.
+
+`get_state()` returns what Grain's does, bytes of a JSON document with
+Grain's fields (`grain_state`), and aioloader's own part under the key
+`aioloader`: `{"version": 2, "position": ..., "pipeline": ...}`, plus
+`leftovers` after a Grain state of several workers (see `Leftovers`).
+`set_state()` takes that, a state saved by Grain's own DataLoader, or the
+dict that aioloader's `get_state()` returned before (versions 1 and 2).
 """
 
 from __future__ import annotations
 
 import abc
+import json
 from typing import Any
 
 from aioloader._common.positions import Position
+from aioloader._iteration.grain_state import (
+    GrainNames,
+    grain_fields,
+    is_grain_state,
+    normalized,
+    read_grain_state,
+)
 
 STATE_VERSION = 2
 # Version 1 states were written before the samplers took Grain's shuffle and
@@ -21,13 +36,64 @@ _OLD_VERSION = 1
 _POSITION_FIELDS = ("index", "skip_elements", "skip_outputs")
 
 
-def make_state(position: Position, pipeline: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-serialisable state for `position` in the pipeline described by `pipeline`."""
-    return {
+def make_state(
+    position: Position, pipeline: dict[str, Any], leftovers: list[int] | None = None
+) -> dict[str, Any]:
+    """The JSON-serialisable state for `position` in the pipeline described by `pipeline`
+    (with `leftovers`: the starts of a Grain state's workers, see `Leftovers`)."""
+    state = {
         "version": STATE_VERSION,
         "position": dict(zip(_POSITION_FIELDS, position, strict=True)),
         "pipeline": pipeline,
     }
+    if leftovers is not None:
+        state["leftovers"] = leftovers
+    return state
+
+
+def dump_state(
+    position: Position, leftovers: list[int] | None, pipeline: dict[str, Any], names: GrainNames
+) -> bytes:
+    """What `get_state()` returns: Grain's fields and aioloader's part, as JSON bytes (as Grain's)."""
+    leftovers = normalized(position[0], leftovers)
+    document = {
+        **grain_fields(position[0], leftovers, names),
+        "aioloader": make_state(position, pipeline, leftovers),
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def load_state(
+    state: Any, pipeline: dict[str, Any], names: GrainNames, length: int | None
+) -> tuple[Position, list[int] | None]:
+    """The position in any state `set_state()` takes, and the starts of the Grain workers
+    whose records are still left behind it (None: none are).
+
+    Raises ValueError for what is not a state, or a state of another pipeline.
+    """
+    document = _document(state)
+    if is_grain_state(document):
+        starts = read_grain_state(document, names, length)
+        position: Position = (min(starts), 0, 0)
+        return position, normalized(position[0], starts)
+    ours = document.get("aioloader", document)
+    position = read_state(ours, pipeline)
+    return position, normalized(position[0], read_leftovers(ours, position[0]))
+
+
+def _document(state: Any) -> dict[str, Any]:
+    """`state` as a dict: JSON bytes (or text) as `get_state()` returns, or a dict."""
+    document = state
+    if isinstance(state, bytes | bytearray | str):
+        try:
+            document = json.loads(state)
+        except ValueError as error:
+            raise ValueError(f"`state` is not the JSON that get_state() returns: {error}.") from None
+    if not isinstance(document, dict):
+        raise ValueError(
+            f"`state` must be what get_state() returns (JSON bytes holding an object), got {state!r:.200}."
+        )
+    return document
 
 
 def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
@@ -115,3 +181,22 @@ def _out_of_range(field: str, allowed: str, value: int) -> None:
         f"`state['position']['{field}']` must be {allowed}, got {value}: "
         "this state cannot come from this pipeline."
     )
+
+
+def read_leftovers(state: dict[str, Any], index: int) -> list[int] | None:
+    """The starts of the Grain workers a state carries (see `Leftovers`), checked against
+    its position `index`; None when it has none."""
+    raw = state.get("leftovers")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) < 2 or not all(_count(x) for x in raw):
+        raise ValueError(f"`state['leftovers']` must be a list of two or more ints >= 0, got {raw!r:.200}.")
+    if index < raw[index % len(raw)]:
+        raise ValueError(
+            f"`state` is at index {index}, which its leftovers {raw!r:.200} say was delivered already."
+        )
+    return raw
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

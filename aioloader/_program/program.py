@@ -40,6 +40,7 @@ from aioloader._common.positions import (
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
+from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, WholeRecords, aread, read
@@ -82,7 +83,8 @@ class Segment:
 class Program:
     """The source, the sampler's walk, the operations, and each stage's segments (`segments[stage]`).
 
-    `read_threads` bounds the reads and `async def` maps awaited at once;
+    `read_threads` bounds the reads and `async def` maps awaited at once
+    (0, Grain's "no read threads", awaits them one at a time);
     `read_pool`, given with worker threads, reads slow sources concurrently
     (see `read_pool`); without it, every read is the worker's own.
     `shutdown`, shared by every worker's copy, is set when the engine closes:
@@ -106,6 +108,16 @@ class Program:
         self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
         self.shutdown = Shutdown()
+        self.early: EarlyRead | None = None  # see `read_early`
+
+    def read_early(self, job: ChunkJob, threads: int) -> EarlyRead | None:
+        """Start reading `job`'s records on other threads, for the first `_step_read` of
+        that chunk to take (`start_prefetch()` with `worker_count=0`); None for an
+        async source, whose reads are awaited where they are needed."""
+        if is_async_source(self.source):
+            return None
+        self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
+        return self.early
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
@@ -147,6 +159,9 @@ class Program:
         return chunk
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
+        early, self.early = self.early, None
+        if early is not None and early.take(chunk):
+            return chunk
         pool = self.read_pool  # see `_read_pool`
         if pool is None or hasattr(self.source, "__getitems__"):
             read(self.source, chunk, self.shutdown)
@@ -215,7 +230,7 @@ class Program:
         if self._limit is None:
             import asyncio
 
-            self._limit = asyncio.Semaphore(self.read_threads)
+            self._limit = asyncio.Semaphore(max(1, self.read_threads))
         return self._limit
 
     async def _astep_aread(self, _: int, chunk: RecordChunk) -> RecordChunk:

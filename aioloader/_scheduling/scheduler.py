@@ -22,7 +22,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._program.jobs import Outputs
@@ -57,12 +56,13 @@ class _Stage:
 class Scheduler:
     """Work for the workers and outputs for the consumer, in order, within the windows."""
 
-    def __init__(self, program: Program, position: Position, read_options: ReadOptions, workers: int) -> None:
+    def __init__(self, program: Program, position: Position, capacity: int, workers: int) -> None:
+        """Work from `position` for `workers` threads, with at most `capacity` records
+        (the first stage's window) read and not yet delivered."""
         self.program = program
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
-        capacity = read_options.prefetch_buffer_size
         # Several chunks per worker must fit in the window, or workers starve.
         self._planner, self._tail = plan_chunks(program, position, capacity // (workers + 1))
         self.records = _Stage(Stage.RECORDS, Window(capacity))

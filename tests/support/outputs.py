@@ -30,7 +30,7 @@ def notes(error: BaseException) -> str:
     return "\n".join(getattr(error, "__notes__", []))
 
 
-def states_at_every_output(loader: DataLoader, count: int) -> list[dict[str, Any]]:
+def states_at_every_output(loader: DataLoader, count: int) -> list[bytes]:
     """The iterator's state before its first output and after each of `count` outputs."""
     with iter(loader) as iterator:
         states = [iterator.get_state()]
