@@ -21,6 +21,9 @@ aioloader/README.md has the full tree, the life of one chunk from sampler
 index to `next()`, a glossary, and which thread runs what under which lock.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.interleave import InterleaveIterDataset
@@ -46,17 +49,46 @@ from aioloader._operations.transforms import (
 from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sampler import IndexSampler, SequentialSampler
 from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
-from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
-from aioloader._sources.files import FilesDataSource
-from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
-from aioloader._sources.parquet import ParquetDataSource
 from aioloader._sources.protocols import (
     AsyncDataSource,
     InMemoryDataSource,
     RandomAccessDataSource,
     RangeDataSource,
 )
-from aioloader._sources.sqlite import SQLiteDataSource
+
+# The storage formats load on first use: between them they import asyncio and
+# ssl (aiofiles), sqlite3, zlib/bz2/lzma and subprocess (the checksum's
+# compiler), which a loader over memory never needs. `import aioloader` stays
+# as small as the sync path (a test checks it in a fresh process).
+_STORAGE = {
+    "ArrayRecordDataSource": "aioloader._sources.arrayrecord.source",
+    "FilesDataSource": "aioloader._sources.files",
+    "HuggingFaceDataSource": "aioloader._sources.frames",
+    "ParquetDataSource": "aioloader._sources.parquet",
+    "PolarsDataSource": "aioloader._sources.frames",
+    "SQLiteDataSource": "aioloader._sources.sqlite",
+}
+
+if _typing.TYPE_CHECKING:
+    from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
+    from aioloader._sources.files import FilesDataSource
+    from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
+    from aioloader._sources.parquet import ParquetDataSource
+    from aioloader._sources.sqlite import SQLiteDataSource
+else:  # hidden from type checkers, which see the imports above and reject unknown names
+
+    def __getattr__(name: str) -> object:
+        """A storage source, imported the first time it is named."""
+        module = _STORAGE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'aioloader' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_STORAGE))
+
 
 __all__ = [
     "ArrayRecordDataSource",

@@ -26,10 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.workloads import Workload
-
-PREFETCH = 500  # records read ahead of the consumer, for every loader (aioloader's default)
-IN_FLIGHT = 16  # reads awaited at once from an async source (aioloader's default num_threads)
+from benchmarks.first_batch import aioloader_loader
+from benchmarks.workloads import IN_FLIGHT, PREFETCH, Workload
 
 Batches = Iterator[Any] | AsyncIterator[Any]
 
@@ -191,18 +189,6 @@ def pool_batches(workload: Workload, source: Any, transform: Any, workers: int, 
 # aioloader.
 
 
-def aioloader_loader(workload: Workload, source: Any, transform: Any, workers: int, n: int) -> Any:
-    import aioloader as al
-
-    return al.DataLoader(
-        data_source=source,
-        sampler=al.IndexSampler(n, shuffle=True, seed=0, num_epochs=1),
-        operations=[transform, al.Batch(workload.batch_size, batch_fn=workload.collate)],
-        worker_count=workers,
-        read_options=al.ReadOptions(num_threads=IN_FLIGHT, prefetch_buffer_size=PREFETCH),
-    )
-
-
 def aioloader_batches(workload: Workload, source: Any, transform: Any, workers: int, n: int) -> Iterator[Any]:
     with iter(aioloader_loader(workload, source, transform, workers, n)) as batches:
         yield from batches
@@ -239,6 +225,8 @@ def _grain_scale(trivial: float) -> tuple[tuple[str, float], ...]:
         ("storage", 0.3),
         ("arrayrecord", 0.15),
         ("parquet", 0.05),
+        ("llm", 0.1),
+        ("png", 0.3),
     )
 
 
@@ -316,7 +304,7 @@ LOADERS: dict[str, Loader] = {
             only_workers=(0, 2),
             # array_record's native reader (the GIL build's) crashes or hangs in a forked
             # process once threads have run, and PyTorch forks its workers.
-            not_for=("arrayrecord",),
+            not_for=("arrayrecord", "llm"),
         ),
         Loader(
             "spdl",

@@ -50,7 +50,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -68,6 +68,7 @@ from aioloader import (
 )
 from aioloader._sources.arrayrecord import highwayhash, highwayhash_numpy
 from aioloader._sources.arrayrecord.source import array_record_installed
+from benchmarks.workloads import documents
 
 WORKERS = (0, 1, 2, 4)
 LATENCY = 0.002
@@ -168,23 +169,28 @@ def source_rows(name: str, label: str, make_source: Callable[[], Any], count: in
 # ArrayRecord
 
 
-def write_array_record(path: str, count: int, options: str = "") -> None:
-    """`count` records of 1 KiB, half random, half repetitive, with the writer's `options`
-    (its defaults when empty)."""
+def write_array_record(path: str, count: int, options: str = "", kind: str = "bytes") -> None:
+    """`count` records with the writer's `options` (its defaults when empty): of 1 KiB, half
+    random, half repetitive (`kind="bytes"`), or the LLM workload's documents (`"text"`)."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    rng = random.Random(0)
     writer = ArrayRecordWriter(path, options) if options else ArrayRecordWriter(path)
-    for i in range(count):
-        writer.write(rng.randbytes(1024) if i % 2 else bytes([i % 251]) * 1024)
+    for record in kilobytes(count) if kind == "bytes" else documents(count):
+        writer.write(record)
     writer.close()
 
 
-def make_array_record(path: Path, count: int, options: str = "") -> bool:
+def kilobytes(count: int) -> Iterator[bytes]:
+    rng = random.Random(0)
+    for i in range(count):
+        yield rng.randbytes(1024) if i % 2 else bytes([i % 251]) * 1024
+
+
+def make_array_record(path: Path, count: int, options: str = "", kind: str = "bytes") -> bool:
     """Write the file with the official writer: here, or where it does not install, in the
     interpreter that AIOLOADER_GIL_PYTHON names. False when neither can."""
     if array_record_installed():
-        write_array_record(str(path), count, options)
+        write_array_record(str(path), count, options, kind)
         return True
     python = os.environ.get("AIOLOADER_GIL_PYTHON")
     if not python:
@@ -192,6 +198,7 @@ def make_array_record(path: Path, count: int, options: str = "") -> bool:
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | {"PYTHONPATH": str(REPO)}
     command = [python, "-m", "benchmarks.sources_bench", "--write", str(path), "--records", str(count)]
     command += ["--options", options] if options else []
+    command += ["--kind", kind]
     subprocess.run(command, cwd=REPO, env=env, check=True)
     return True
 
@@ -425,9 +432,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--write", metavar="PATH", help=argparse.SUPPRESS)  # writes the ArrayRecord file
     parser.add_argument("--options", default="", help=argparse.SUPPRESS)  # the writer's, with --write
+    parser.add_argument("--kind", default="bytes", help=argparse.SUPPRESS)  # the records, with --write
     args = parser.parse_args(argv)
     if args.write:
-        write_array_record(args.write, args.records, args.options)
+        write_array_record(args.write, args.records, args.options, args.kind)
         return
     if args.quick:
         args.records, args.files, args.repeats = 1000, 40, 1

@@ -14,15 +14,18 @@ measure the loader, not refcount contention on the benchmark's own data.
 
 from __future__ import annotations
 
-import asyncio
+import io
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+PREFETCH = 500  # records read ahead of the consumer, for every loader (aioloader's default)
+IN_FLIGHT = 16  # reads awaited at once from an async source (aioloader's default num_threads)
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,10 @@ class TextSource:
         self.n = n
         rng = random.Random(1)
         vocabulary = list(make_vocabulary())
-        self._bank = [self._sentence(rng, vocabulary, words_per_text) for _ in range(self.BANK)]
+        self._bank = [self.sentence(rng, vocabulary, words_per_text) for _ in range(self.BANK)]
 
     @staticmethod
-    def _sentence(rng: random.Random, vocabulary: list[str], count: int) -> str:
+    def sentence(rng: random.Random, vocabulary: list[str], count: int) -> str:
         words = []
         for j in range(count):
             word = rng.choice(vocabulary) if rng.random() > 0.05 else "zq" + str(rng.randint(0, 9999))
@@ -197,11 +200,12 @@ class Augment:
         self.mean = (np.array([0.485, 0.456, 0.406], dtype=np.float32) * 255).reshape(3, 1, 1)
         self.inv_std = 1 / (np.array([0.229, 0.224, 0.225], dtype=np.float32) * 255).reshape(3, 1, 1)
         self.span = IMAGE - CROP + 1
+        self.crop = CROP
 
     def __call__(self, record: tuple[int, np.ndarray]) -> np.ndarray:
         key, image = record
         top, left = key % self.span, (key // self.span) % self.span
-        crop = image[top : top + CROP, left : left + CROP]
+        crop = image[top : top + self.crop, left : left + self.crop]
         if key & 1:
             crop = crop[:, ::-1]
         out = crop.transpose(2, 0, 1).astype(np.float32, order="C")
@@ -244,6 +248,8 @@ class AsyncSleepSource:
         return self.n
 
     async def aget(self, key: int) -> bytes:
+        import asyncio  # here, so that importing the workloads leaves asyncio out (first_batch.py)
+
         await asyncio.sleep(LATENCY)
         return payload(key)
 
@@ -300,6 +306,118 @@ def parquet_source(n: int) -> Any:
     return sources_bench.ParquetFiles(
         cached_file(f"rows-{n}.parquet", lambda path: sources_bench.make_parquet(path, n))
     )
+
+
+# 7. LLM training: documents of 8 to 400 words (log-uniform) from an ArrayRecord
+#    file, tokenised (the vocabulary dict of `Tokenizer`), cut at 256 tokens,
+#    batched padded to the longest sequence of the batch.
+
+MAX_TOKENS = 256
+
+
+def documents_source(n: int) -> Any:
+    from benchmarks import sources_bench
+
+    def write(path: Path) -> None:
+        if not sources_bench.make_array_record(path, n, kind="text"):
+            raise RuntimeError(
+                "array_record does not install here: set AIOLOADER_GIL_PYTHON to a GIL python with it"
+            )
+
+    return sources_bench.ArrayRecordFiles(cached_file(f"documents-{n}.array_record", write))
+
+
+def documents(count: int) -> Iterator[bytes]:
+    """The LLM workload's records: UTF-8 documents of 8 to 400 words, a pure function of `count`."""
+    rng = random.Random(7)
+    vocabulary = list(make_vocabulary())
+    for _ in range(count):
+        words = int(8 * 50 ** rng.random())
+        yield TextSource.sentence(rng, vocabulary, words).encode()
+
+
+class TokenizeDocument(Tokenizer):
+    """A document's bytes to at most `MAX_TOKENS` int32 ids (variable length)."""
+
+    def __call__(self, data: bytes) -> np.ndarray:  # type: ignore[override]
+        get = self.vocabulary.get
+        ids = [get(word.strip(_PUNCT), 1) for word in data.decode().lower().split()]
+        return np.array(ids[:MAX_TOKENS], dtype=np.int32)
+
+
+def pad(items: Sequence[np.ndarray]) -> np.ndarray:
+    """The batch of sequences, padded with 0 to the longest."""
+    out = np.zeros((len(items), max(len(x) for x in items)), dtype=np.int32)
+    for row, ids in zip(out, items, strict=True):
+        row[: len(ids)] = ids
+    return out
+
+
+# 8. Images from their encoded files: decode a 128x128 PNG with Pillow, crop
+#    112x112 at a place chosen from the key, to CHW float32, normalise.
+
+PNG_SIDE = 128
+PNG_CROP = 112
+
+
+def encode_png_bank(count: int = 32) -> list[bytes]:
+    """`count` photo-like PNGs (gradients + noise: they compress as photos do, partly)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    y, x = np.mgrid[0:PNG_SIDE, 0:PNG_SIDE]
+    bank = []
+    for i in range(count):
+        base = np.stack([(x * (i + 1) + y * c * 3) % 256 for c in range(1, 4)], axis=-1)
+        noise = rng.integers(0, 24, (PNG_SIDE, PNG_SIDE, 3))
+        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        bank.append(buffer.getvalue())
+    return bank
+
+
+class PngSource:
+    """Record `k`: `(k, the bytes of PNG k % 32)`, a fresh bytes object (a slice of one blob)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        bank = encode_png_bank()
+        self._blob = b"".join(bank)
+        ends = np.cumsum([len(b) for b in bank]).tolist()
+        self._spans = list(zip([0, *ends[:-1]], ends, strict=True))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: int) -> tuple[int, bytes]:
+        start, end = self._spans[key % len(self._spans)]
+        return key, self._blob[start:end]
+
+
+class DecodeCrop(Augment):
+    """Decode with Pillow, then `Augment`'s crop, flip and normalisation at 112 of 128."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.span = PNG_SIDE - PNG_CROP + 1
+        self.crop = PNG_CROP
+
+    def __call__(self, record: tuple[int, bytes]) -> np.ndarray:  # type: ignore[override]
+        from PIL import Image
+
+        key, data = record
+        with Image.open(io.BytesIO(data)) as image:
+            pixels = np.asarray(image.convert("RGB"))
+        return super().__call__((key, pixels))
+
+
+def pillow_missing() -> str | None:
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        return "Pillow is not installed (the `bench` extra)"
+    return None
 
 
 class RowFeatures:
@@ -398,6 +516,28 @@ WORKLOADS: dict[str, Workload] = {
             RowFeatures,
             stack,
             float_sum,
+        ),
+        Workload(
+            "llm",
+            "LLM: documents of 8-400 words from ArrayRecord, tokenised, padded batches",
+            30_000,
+            32,
+            documents_source,
+            TokenizeDocument,
+            pad,
+            int_sum,
+            note="variable-length token sequences, cut at 256, padded to the longest of each batch",
+        ),
+        Workload(
+            "png",
+            "PNG decode (Pillow) 128x128, crop 112, normalise",
+            5_000,
+            32,
+            PngSource,
+            DecodeCrop,
+            stack,
+            float_sum,
+            unavailable=pillow_missing,
         ),
     ]
 }

@@ -67,6 +67,7 @@ class Config:
     checkpoint_every: int = 200
     log_every: int = 200
     workers: int = 2
+    executor: str = "thread"  # or "interpreter" (subinterpreters, where the Python has them)
     num_records: int = 50_000
     features: int = 32
     hidden: int = 256
@@ -136,6 +137,7 @@ def make_loader(config: Config) -> al.DataLoader:
             NoisyTargets(0.05),
         ],
         worker_count=config.workers,
+        executor=config.executor,
         device_put=al.DevicePut(sharding=batch_sharding(), buffer_size=2),
     )
 

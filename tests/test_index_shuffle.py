@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from aioloader._sampling.index_shuffle import block_bits, index_shuffle, index_shuffle_array
+from aioloader._sampling.index_shuffle import (
+    RANGE_BLOCK,
+    block_bits,
+    index_shuffle,
+    index_shuffle_array,
+    index_shuffle_range,
+)
 from tests.grain_reference import grain_index_shuffle
 
 # (index, max_index, seed, rounds, Grain 0.2.18's index_shuffle of them), printed by Grain's module.
@@ -169,3 +176,29 @@ def _sample_positions(max_index: int, seed: int) -> np.ndarray:
     chooser = np.random.default_rng(seed)
     inner = chooser.integers(0, max_index + 1, 2_000)
     return np.concatenate([[0, 1, max_index - 1, max_index], inner])
+
+
+@pytest.mark.parametrize("max_index", [0, *MAX_INDICES])
+def test_ranges_from_kept_blocks_equal_the_array_form(max_index: int) -> None:
+    # Runs that start and end inside blocks, span block boundaries, and come back to
+    # blocks computed earlier or dropped since (the loader asks chunk after chunk).
+    rng = random.Random(max_index)
+    for _ in range(40):
+        first = rng.randrange(max_index + 1)
+        count = rng.randint(1, min(max_index + 1 - first, 3 * RANGE_BLOCK))
+        expected = index_shuffle_array(np.arange(first, first + count), max_index, 11)
+        assert index_shuffle_range(first, count, max_index, 11).tolist() == expected.tolist()
+
+
+def test_ranges_from_many_threads_at_once_are_equal() -> None:
+    max_index, chunk = 300_000, 160
+    starts = list(range(0, 20 * RANGE_BLOCK, chunk))
+    expected = {s: index_shuffle_array(np.arange(s, s + chunk), max_index, 5).tolist() for s in starts}
+    index_shuffle_range(0, 1, max_index, 6)  # another seed's permutation: nothing kept for seed 5
+
+    def check(offset: int) -> None:
+        for s in starts[offset::4]:
+            assert index_shuffle_range(s, chunk, max_index, 5).tolist() == expected[s]
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(check, range(4)))

@@ -8,9 +8,12 @@ and resolved from whichever thread calls `wake`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 class Wakeup:
@@ -26,6 +29,8 @@ class Wakeup:
 
     def arm(self) -> asyncio.Future[None]:
         """A future of the running loop that `wake` resolves: await it after releasing the lock."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiter = (loop, waiter)

@@ -17,7 +17,6 @@ The state is `{"version": 1, "dataset": <the pipeline's state>}`: small JSON, th
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import threading
@@ -87,6 +86,8 @@ class Background:
 
     async def ajoin(self) -> None:
         """`join` on the consumer's loop, which it does not block."""
+        import asyncio  # here: `for` never loads asyncio
+
         deadline = time.monotonic() + _JOIN_SECONDS
         while self._thread.is_alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.001)

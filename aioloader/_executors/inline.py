@@ -17,10 +17,9 @@ hand-off, and paying for them would cost the debug mode its plain-loop speed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
@@ -28,6 +27,9 @@ from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
 from aioloader._scheduling.planner import FIRST_CHUNK_RECORDS, plan_chunks
 from aioloader._scheduling.work import Place, Work
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 @dataclass
@@ -93,6 +95,8 @@ def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
             except StopIteration:
                 return
             if isinstance(step, Await):
+                import asyncio
+
                 runner = runner or asyncio.Runner()
                 answer = runner.run(step.coroutine)
             else:
@@ -134,6 +138,8 @@ class AsyncInline:
         return None
 
     async def _await(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        import asyncio
+
         self._awaited = asyncio.ensure_future(coroutine)
         try:
             return await self._awaited

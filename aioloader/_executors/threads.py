@@ -13,7 +13,6 @@ ends the worker quietly.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import threading
@@ -127,6 +126,8 @@ async def aclose_elsewhere(close: Callable[[], None]) -> None:
 
     If the awaiting task is cancelled, the close goes on in its thread.
     """
+    import asyncio  # here: `for` never loads asyncio
+
     thread = close_elsewhere(close)
     while thread is not None and thread.is_alive():
         await asyncio.sleep(0.001)

@@ -14,17 +14,15 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
-from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
@@ -34,6 +32,11 @@ from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
+
+    from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 
 
 class SyncEngine(Protocol):
@@ -91,6 +94,8 @@ class ThreadedEngine:
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         if self.scheduler.needs_async_runner:
+            from aioloader._executors.loop_thread import AsyncSegments, LoopThread  # imports asyncio
+
             if loop is None:
                 self._loop_thread = LoopThread()
                 loop = self._loop_thread.loop
@@ -314,6 +319,8 @@ def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -
     """The engine for `async for`, on the running loop (`prefetch` as for `sync_engine`)."""
     if spec.worker_count == 0:
         return AsyncInlineEngine(spec, position, prefetch)
+    import asyncio
+
     return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
 
 

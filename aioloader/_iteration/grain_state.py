@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from typing import Any
 
 import numpy as np
-
-from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
 
 GRAIN_VERSION = 2  # Grain's `_CHECKPOINT_VERSION_NUMBER`
 _SHOWN = 200  # the most of a source's repr written into a state (Grain writes all of it)
@@ -155,7 +154,10 @@ def _source_names(source: Any) -> tuple[str, ...]:
     ArrayRecordDataSource what it called Grain's ArrayRecordDataSource of the same paths."""
     if isinstance(source, list | tuple | np.ndarray):
         return (str(type(source)),)
-    if isinstance(source, ArrayRecordDataSource):
+    # Not imported here: `import aioloader` leaves the storage formats out. A source of
+    # that class exists only once its module is loaded.
+    arrayrecord = sys.modules.get("aioloader._sources.arrayrecord.source")
+    if arrayrecord is not None and isinstance(source, arrayrecord.ArrayRecordDataSource):
         digest = hashlib.sha1(usedforsecurity=False)  # how Grain names a list of paths
         for path in source.paths:
             digest.update(path.encode())

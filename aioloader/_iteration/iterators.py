@@ -15,14 +15,13 @@ hint.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
@@ -32,6 +31,9 @@ from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import check_position, dump_state, load_state, make_state
 from aioloader._program.jobs import Outputs
 from aioloader._sampling.leftovers import Detour, Leftovers
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 _EMPTY: list[Any] = []
 
@@ -348,10 +350,14 @@ class AsyncDataLoaderIterator:
                 return output
 
     def _make_engine(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
+        import asyncio  # here and below: `for` never loads asyncio
+
         self._loop = asyncio.get_running_loop()
         return async_engine(spec, position, prefetch)
 
     def _check_loop(self) -> None:
+        import asyncio
+
         if self._cursor.holder.engine is not None and self._loop is not asyncio.get_running_loop():
             raise RuntimeError(
                 "this AsyncDataLoaderIterator belongs to another event loop: its workers hand their "

@@ -22,16 +22,18 @@ stops the run between two elements (`Stopped`). A filter must return a bool
 from __future__ import annotations
 
 import abc
-import asyncio
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aioloader._common.calls import NEVER, Shutdown, calls, paired_calls
 from aioloader._common.failures import Failure
 from aioloader._operations.transforms import Kind, Op
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 class Run(abc.ABC):
@@ -199,6 +201,8 @@ async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:
     async def one(element: Any) -> Any:
         async with limit:
             return await fn(element)
+
+    import asyncio
 
     results = await asyncio.gather(*(one(e) for e in run.items), return_exceptions=True)
     for j, result in enumerate(results):

@@ -24,12 +24,11 @@ say which method runs each.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioloader._common.calls import Shutdown
 from aioloader._common.failures import Failure
@@ -48,6 +47,9 @@ from aioloader._program.records import RecordChunk, WholeRecords, aread, read
 from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import is_async_source
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 class Plan(enum.Enum):
@@ -226,6 +228,8 @@ class Program:
 
     def _read_limit(self) -> asyncio.Semaphore:
         if self._limit is None:
+            import asyncio
+
             self._limit = asyncio.Semaphore(max(1, self.read_threads))
         return self._limit
 

@@ -32,8 +32,10 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
@@ -63,6 +65,8 @@ class ReadPool:
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
+        from concurrent.futures import ThreadPoolExecutor  # loaded for slow sources only
+
         with self._lock:
             if self._closed:
                 raise RuntimeError("the loader is closed")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +12,9 @@ from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import make_rng
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
 class RecordChunk(Run):
@@ -143,6 +145,8 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
     async def one(key: int) -> Any:
         async with limit:
             return await source.aget(key)
+
+    import asyncio
 
     results = await asyncio.gather(*(one(k) for k in chunk.keys), return_exceptions=True)
     chunk.items = results

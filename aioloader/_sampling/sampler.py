@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
-from aioloader._sampling.index_shuffle import index_shuffle_array
+from aioloader._sampling.index_shuffle import index_shuffle_array, index_shuffle_range
 from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 
@@ -148,7 +148,11 @@ class IndexSampler(SamplerBase):
         cuts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist(), len(epochs)]
         for first, stop in itertools.pairwise(cuts):
             seed = (self.seed + int(epochs[first])) % _SEED_LIMIT
-            positions[first:stop] = index_shuffle_array(positions[first:stop], self.shard_length - 1, seed)
+            run = positions[first:stop]
+            if bool(np.all(np.diff(run) == 1)):  # the loader's chunks: from blocks kept between calls
+                run[:] = index_shuffle_range(int(run[0]), len(run), self.shard_length - 1, seed)
+            else:
+                run[:] = index_shuffle_array(run, self.shard_length - 1, seed)
         return positions
 
     def describe(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ concurrently; the real storage formats live in their own modules.
 
 from __future__ import annotations
 
-import secrets
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -86,7 +86,8 @@ class InMemoryDataSource:
             raise TypeError(f"`name` must be a str or None, got {name!r}.")
         if elements is None and name is None:
             raise ValueError("`elements` or `name` must be given, got neither.")
-        self.name = name if name is not None else f"psm_{secrets.token_hex(4)}"
+        # As secrets.token_hex(4), without importing `secrets` (and hashlib, hmac, random).
+        self.name = name if name is not None else f"psm_{os.urandom(4).hex()}"
         self._elements: _Elements | None = _share(self.name, elements)
 
     def _items(self) -> Sequence[Any]:

@@ -1,0 +1,90 @@
+"""`import aioloader` loads what the sync path needs, and no more (each check in a fresh process).
+
+A user's script pays for the import before its first batch: asyncio (with
+ssl, through aiofiles), the storage formats and JAX load only when something
+uses them: `async for`, a storage source, `device_put`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Modules the sync path must not load: each costs milliseconds to import.
+HEAVY = ["asyncio", "ssl", "jax", "aiofiles", "sqlite3", "subprocess", "concurrent.futures", "zlib"]
+
+
+def loaded_after(code: str) -> list[str]:
+    """Which of HEAVY are in `sys.modules` after running `code` in a fresh interpreter."""
+    script = f"import sys\n{code}\nimport json; print(json.dumps(sorted(set({HEAVY!r}) & set(sys.modules))))"
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_numpy_itself_loads_none_of_them() -> None:
+    # Otherwise the checks below would pass or fail for numpy's sake, not aioloader's.
+    assert loaded_after("import numpy") == []
+
+
+def test_import_aioloader_loads_none_of_them() -> None:
+    assert loaded_after("import numpy, aioloader") == []
+
+
+SYNC_RUN = """
+import aioloader
+
+class AddOne(aioloader.MapTransform):
+    def map(self, element):
+        return element + 1
+
+loader = aioloader.DataLoader(
+    data_source=aioloader.RangeDataSource(0, 100, 1),
+    sampler=aioloader.IndexSampler(100, shuffle=True, seed=3, num_epochs=1),
+    operations=[AddOne(), aioloader.Batch(8)],
+    worker_count={workers},
+)
+total = sum(int(batch.sum()) for batch in loader)
+assert total == sum(range(1, 101)), total
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["inline", "threads"])
+def test_a_sync_loader_runs_to_the_end_without_them(workers: int) -> None:
+    assert loaded_after(SYNC_RUN.format(workers=workers)) == []
+
+
+def test_async_for_loads_asyncio() -> None:
+    code = (
+        "import asyncio, aioloader\n"
+        "loader = aioloader.DataLoader(data_source=aioloader.RangeDataSource(0, 10, 1), "
+        "sampler=aioloader.SequentialSampler(10), worker_count=2)\n"
+        "async def main():\n"
+        "    return [int(x) async for x in loader]\n"
+        "assert asyncio.run(main()) == list(range(10))"
+    )
+    assert "asyncio" in loaded_after(code)
+
+
+def test_a_storage_source_loads_when_named() -> None:
+    import aioloader
+    from aioloader._sources.parquet import ParquetDataSource
+
+    assert aioloader.ParquetDataSource is ParquetDataSource
+    assert set(aioloader.__all__) <= set(dir(aioloader))
+    assert "asyncio" in loaded_after("from aioloader import FilesDataSource")
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import aioloader
+
+    with pytest.raises(AttributeError, match="module 'aioloader' has no attribute 'NoSuchSource'"):
+        _ = aioloader.NoSuchSource  # type: ignore[attr-defined]
