@@ -224,7 +224,7 @@ class AsyncInlineEngine:
     async def aclose(self) -> None:
         self._outputs.close()
         if self._early is not None:
-            await asyncio.to_thread(self._early.close)  # joins its threads without blocking the loop
+            await aclose_elsewhere(self._early.close)  # joins its threads without blocking the loop
 
 
 def _inline(

@@ -368,6 +368,8 @@ class AsyncDataLoaderIterator:
     def start_prefetch(self) -> None:
         """As `DataLoaderIterator.start_prefetch`; call it on the loop that iterates
         (in a coroutine): with workers, asynchronous steps run on that loop."""
+        import asyncio
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
