@@ -25,6 +25,13 @@ from aioloader._dataset.base import MapDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
+from aioloader._observability.logs import log_statistics
+from aioloader._observability.statistics import (
+    BufferStatistics,
+    LoaderStatistics,
+    StageStatistics,
+    ThreadStatistics,
+)
 from aioloader._operations.transforms import (
     Batch,
     FilterTransform,
@@ -52,6 +59,7 @@ __all__ = [
     "AsyncDataLoaderIterator",
     "AsyncDataSource",
     "Batch",
+    "BufferStatistics",
     "DataLoader",
     "DataLoaderIterator",
     "DevicePut",
@@ -61,6 +69,7 @@ __all__ = [
     "HuggingFaceDataSource",
     "InMemoryDataSource",
     "IndexSampler",
+    "LoaderStatistics",
     "MapDataset",
     "MapTransform",
     "NoSharding",
@@ -75,4 +84,7 @@ __all__ = [
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",
+    "StageStatistics",
+    "ThreadStatistics",
+    "log_statistics",
 ]

@@ -38,9 +38,10 @@ class WorkerThreads:
 
     def _work(self) -> None:
         scheduler = self._scheduler
+        meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
             with self._make_runner() as run:
-                while (work := scheduler.next_work()) is not None:
+                while (work := scheduler.next_work(meter=meter)) is not None:
                     work.run_segment(run)
                     scheduler.advance(work)
                     # Drop this work's data before waiting for more: an idle worker

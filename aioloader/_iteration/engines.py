@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
@@ -26,7 +26,9 @@ from aioloader._executors.loop_thread import AsyncSegments, LoopThread
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
+from aioloader._observability.statistics import Observation
 from aioloader._program.jobs import Outputs
+from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.scheduler import Scheduler
 
@@ -51,6 +53,7 @@ class SyncEngine(Protocol):
     def next(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
+    def observe(self) -> Observation: ...
 
 
 class AsyncEngine(Protocol):
@@ -63,12 +66,20 @@ class AsyncEngine(Protocol):
       worker threads without blocking it. What the iterator's `aclose()` uses.
     * `close()`: the same from the finalizer (any thread, no loop to await
       on); idempotent.
+
+    Both kinds have `observe()`: what `statistics()` needs (the meters, the
+    buffers, the thread counts); any thread, never blocks for long.
     """
 
     async def anext(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
     async def aclose(self) -> None: ...
+    def observe(self) -> Observation: ...
+
+
+def _observation(program: Program, buffers: list[Any], workers: int, read_threads: int) -> Observation:
+    return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads)
 
 
 class ThreadedEngine:
@@ -92,6 +103,14 @@ class ThreadedEngine:
             self.scheduler.use_async_runner(self._segments)
         runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
         self._workers = WorkerThreads(self.scheduler, runner, spec.worker_count, "aioloader-worker")
+        self._spec = spec
+
+    def observe(self) -> Observation:
+        program, threads = self.scheduler.program, self._spec.read_options.num_threads
+        reading = self._read_pool.engaged or self._segments is not None  # reads (or async maps) at once
+        return _observation(
+            program, self.scheduler.buffers(), self._spec.worker_count, threads if reading else 0
+        )
 
     def next(self) -> tuple[Outputs, int] | None:
         return self.scheduler.get()
@@ -130,9 +149,13 @@ class InlineEngine:
     """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
 
     def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
+        self._program = spec.program(None)
+        steps = inline_steps(self._program, position, spec.read_options.prefetch_buffer_size)
         self._outputs = run_inline(steps)
         self._device_put = spec.device_put
+
+    def observe(self) -> Observation:
+        return _observation(self._program, [], 0, 0)
 
     def next(self) -> tuple[Outputs, int] | None:
         outputs = next(self._outputs, None)
@@ -151,9 +174,13 @@ class AsyncInlineEngine:
     """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
 
     def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        steps = inline_steps(spec.program(None), position, spec.read_options.prefetch_buffer_size)
+        self._program = spec.program(None)
+        steps = inline_steps(self._program, position, spec.read_options.prefetch_buffer_size)
         self._outputs = arun_inline(steps)
         self._device_put = spec.device_put
+
+    def observe(self) -> Observation:
+        return _observation(self._program, [], 0, 0)
 
     async def anext(self) -> tuple[Outputs, int] | None:
         try:

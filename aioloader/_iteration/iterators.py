@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -28,9 +29,13 @@ from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import make_state, read_state
+from aioloader._observability import logs as logs
+from aioloader._observability.meter import Meter
+from aioloader._observability.statistics import LoaderStatistics, Observation, snapshot
 from aioloader._program.jobs import Outputs
 
 _EMPTY: list[Any] = []
+_NOTHING = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
 
 
 class _Cursor(Generic[E]):
@@ -42,6 +47,33 @@ class _Cursor(Generic[E]):
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
+        self.started()
+
+    def started(self) -> None:
+        """A new engine: the consumer's counters start again with it."""
+        self.meter = Meter("consumer")  # written by the consumer only
+        self.since = self.logged = time.perf_counter()
+        self.final: tuple[Observation, float] | None = None  # the figures at the end
+
+    def statistics(self) -> LoaderStatistics:
+        engine = self.holder.engine
+        if engine is not None:
+            return snapshot(engine.observe(), self.meter, time.perf_counter() - self.since)
+        observation, until = self.final or (_NOTHING, time.perf_counter())
+        return snapshot(observation, self.meter, until - self.since)
+
+    def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
+        """The engine stops: keep its last figures (its counters, not its data)."""
+        if engine is not None:
+            self.final = engine.observe(), time.perf_counter()
+
+    def waited(self, started: float) -> None:
+        """The consumer waited for outputs since `started`; log the statistics if it is time."""
+        now = time.perf_counter()
+        self.meter.waiting_for_input += now - started
+        if logs.interval is not None and now - self.logged >= logs.interval:
+            self.logged = now
+            logs.logger.debug("%s", self.statistics().summary())
 
     def reset(self, position: Position) -> None:
         self.base = position
@@ -75,6 +107,9 @@ class _Cursor(Generic[E]):
         what lets a window of one job make progress, and dropping our
         references keeps two `Outputs` from being alive at once.
         """
+        delivered = len(self.items) - operator.length_hint(self.current)
+        if delivered:
+            self.meter.count("consumer", delivered, 0.0)
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
         weight, self.weight = self.weight, 0
@@ -91,6 +126,7 @@ class _Cursor(Generic[E]):
         self.base = self.position()
         self.items.clear()
         self.finish_outputs()
+        self.keep_final(self.holder.engine)
         self.holder.close()
 
     def get_state(self) -> dict[str, Any]:
@@ -160,6 +196,13 @@ class DataLoaderIterator(itertools.chain[Any]):
             )
         self._cursor.set_state(state)
 
+    def statistics(self) -> LoaderStatistics:
+        """A snapshot of the pipeline's figures since it started (or restarted with
+        `set_state`): each stage's items and busy time, the threads' waits, the
+        buffers against their bounds; `.summary()` names the bottleneck. Any
+        thread; it never waits for the pipeline."""
+        return self._cursor.statistics()
+
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
         record it holds. Idempotent; `get_state()` still works afterwards, and
@@ -190,13 +233,16 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
                 return
             engine = cursor.holder.engine
             if engine is None:
+                cursor.started()
                 engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
             engine.release(cursor.finish_outputs())
+            started = time.perf_counter()
             try:
                 found = engine.next()
             except BaseException:
                 cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
                 raise
+            cursor.waited(started)
             if found is None:
                 cursor.stop()
                 return
@@ -238,13 +284,16 @@ class AsyncDataLoaderIterator:
                 raise StopAsyncIteration
             engine = cursor.holder.engine
             if engine is None:
+                cursor.started()
                 engine = cursor.holder.engine = async_engine(cursor.spec, cursor.position())
             engine.release(cursor.finish_outputs())
+            started = time.perf_counter()
             try:
                 found = await engine.anext()
             except BaseException:
                 await self.aclose()
                 raise
+            cursor.waited(started)
             if found is None:
                 await self.aclose()
                 raise StopAsyncIteration
@@ -265,12 +314,20 @@ class AsyncDataLoaderIterator:
         """
         self._cursor.set_state(state)
 
+    def statistics(self) -> LoaderStatistics:
+        """A snapshot of the pipeline's figures since it started (or restarted with
+        `set_state`): each stage's items and busy time, the threads' waits, the
+        buffers against their bounds; `.summary()` names the bottleneck. Any
+        thread; it never waits for the pipeline."""
+        return self._cursor.statistics()
+
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go
         of every record it holds. Idempotent; `get_state()` still works afterwards,
         and `set_state()` opens the iterator again."""
         cursor = self._cursor
         engine, cursor.holder.engine = cursor.holder.engine, None
+        cursor.keep_final(engine)
         cursor.stop()
         if engine is not None:
             await engine.aclose()
