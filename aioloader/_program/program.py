@@ -134,10 +134,12 @@ class Program:
             for step, arg in steps:
                 payload = _SYNC_STEPS[step](self, arg, payload)
             return payload
+        started = time.perf_counter()
         for call in steps:
-            started = time.perf_counter()
             payload = _SYNC_STEPS[call[0]](self, call[1], payload)
-            counter.count(call, _size(call[0], payload), time.perf_counter() - started)
+            ended = time.perf_counter()  # one clock read per step: this step's end, the next one's start
+            counter.count(call, _size(call[0], payload), ended - started)
+            started = ended
         return payload
 
     async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
