@@ -26,6 +26,7 @@ from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
 from aioloader._observability.logs import log_statistics
+from aioloader._observability.prometheus import register_metrics
 from aioloader._observability.statistics import (
     BufferStatistics,
     LoaderStatistics,
@@ -87,4 +88,5 @@ __all__ = [
     "StageStatistics",
     "ThreadStatistics",
     "log_statistics",
+    "register_metrics",
 ]

@@ -22,7 +22,12 @@ from aioloader._observability.meter import Meter
 @dataclass(frozen=True)
 class StageStatistics:
     """One stage: `items` it gave (records, elements or batches) in `busy_seconds` of wall
-    time summed over the threads that ran it; `items_per_second` over the loader's life."""
+    time summed over the threads that ran it; `items_per_second` over the loader's life.
+
+    The pipeline's stages count each chunk (or batch job) when its step ends; the
+    `consumer` counts outputs delivered, a group of outputs (one chunk's) once all
+    of them are; its busy time is the consumer's own, between outputs.
+    """
 
     name: str
     items: int
