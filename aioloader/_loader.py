@@ -12,6 +12,7 @@ from typing import Any
 from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
+from aioloader._executors.autoscale import default_maximum, default_memory_limit
 from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
@@ -42,6 +43,13 @@ class DataLoader:
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
     accelerator ahead of the consumer.
 
+    `worker_count="auto"` starts one worker thread and adds or retires workers
+    while the loader runs (up to the CPUs the process may use), from how long
+    the consumer waits for data, without changing the output. No worker is
+    added while the process's resident memory is above `memory_limit_bytes`
+    (default: half of the machine's memory), and one is retired then. The
+    count in use is `iterator.statistics().worker_count`.
+
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
     called from the worker threads, so it must be stateless or thread-safe).
@@ -56,17 +64,19 @@ class DataLoader:
         data_source: Any,
         sampler: Any,
         operations: Sequence[Any] = (),
-        worker_count: int = 0,
+        worker_count: int | str = 0,
         executor: str = "thread",
         read_options: ReadOptions | None = None,
         device_put: DevicePut | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
         self.operations = compile_operations(operations)
         self.walk = Walk(sampler)
         _check_seed_for_random_ops(self.walk, self.operations)
-        self.worker_count = require_int("worker_count", worker_count, minimum=0)
+        self.worker_count: int | str = _check_worker_count(worker_count)
+        self.memory_limit_bytes = _check_memory_limit(memory_limit_bytes, self.worker_count)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
         if read_options is not None and not isinstance(read_options, ReadOptions):
@@ -86,7 +96,7 @@ class DataLoader:
                 Program, self.data_source, self.walk, self.operations, self.read_options.num_threads
             ),
             read_options=self.read_options,
-            worker_count=self.worker_count,
+            worker_count=default_maximum() if self.worker_count == "auto" else int(self.worker_count),
             executor=self.executor,
             device_put=self.device_put,
             description={
@@ -95,7 +105,13 @@ class DataLoader:
                 "operations": self.operations.describe(),
             },
             length=self.walk.length,
+            auto_memory_limit=self._auto_memory_limit(),
         )
+
+    def _auto_memory_limit(self) -> int | None:
+        if self.worker_count != "auto":
+            return None
+        return default_memory_limit() if self.memory_limit_bytes is None else self.memory_limit_bytes
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(self._spec)
@@ -108,6 +124,25 @@ class DataLoader:
             f"DataLoader(data_source={self.data_source!r}, sampler={self.sampler!r}, "
             f"operations={self.operations.describe()}, worker_count={self.worker_count})"
         )
+
+
+def _check_worker_count(worker_count: Any) -> int | str:
+    if worker_count == "auto" and isinstance(worker_count, str):
+        return worker_count
+    if isinstance(worker_count, str):
+        raise ValueError(f'`worker_count` must be an int or "auto", got {worker_count!r}.')
+    return require_int("worker_count", worker_count, minimum=0)
+
+
+def _check_memory_limit(limit: Any, worker_count: int | str) -> int | None:
+    if limit is None:
+        return None
+    if worker_count != "auto":
+        raise ValueError(
+            f'`memory_limit_bytes` bounds `worker_count="auto"`, but worker_count={worker_count!r}; '
+            f'drop it or use worker_count="auto".'
+        )
+    return require_int("memory_limit_bytes", limit, minimum=1)
 
 
 def _check_sampler(sampler: Any, source_length: int) -> None:

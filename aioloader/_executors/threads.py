@@ -26,15 +26,44 @@ RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 
 class WorkerThreads:
-    """`count` daemon threads named `{name}-{i}` working for `scheduler`."""
+    """`count` daemon threads named `{name}-{i}` working for `scheduler`; `add` starts
+    one more, `retire` asks one to end after the work in its hands (`worker_count="auto"`)."""
 
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
-        self._scheduler, self._make_runner = scheduler, make_runner
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._scheduler, self._make_runner, self._name = scheduler, make_runner, name
+        self._lock = threading.Lock()  # the thread list and the retirements; never on the hot path
+        self._threads: list[threading.Thread] = []
+        self._retiring = 0
+        for _ in range(count):
+            self.add()
+
+    def add(self) -> None:
+        """Start one more worker."""
+        with self._lock:
+            thread = threading.Thread(
+                target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
+        thread.start()
+
+    def retire(self) -> None:
+        """Ask one worker to end once the work it holds is handed back."""
+        with self._lock:
+            self._retiring += 1
+
+    def count(self) -> int:
+        """The workers running and not asked to end."""
+        with self._lock:
+            return sum(thread.is_alive() for thread in self._threads) - self._retiring
+
+    def _retired(self) -> bool:
+        if not self._retiring:  # a plain read: the common answer costs no lock
+            return False
+        with self._lock:
+            if not self._retiring:
+                return False
+            self._retiring -= 1
+            return True
 
     def _work(self) -> None:
         scheduler = self._scheduler
@@ -47,17 +76,22 @@ class WorkerThreads:
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work
+                    if self._retired():
+                        return
         except BaseException as error:
             scheduler.fail(error)
 
     def alive(self) -> bool:
         """True while some worker is still running."""
-        return any(thread.is_alive() for thread in self._threads)
+        with self._lock:
+            return any(thread.is_alive() for thread in self._threads)
 
     def join(self, timeout: float = 2.0) -> bool:
         """Wait for the workers to end (close the scheduler first); True if all did in `timeout`."""
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
         return not self.alive()

@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
+from aioloader._executors.autoscale import AutoWorkers
 from aioloader._executors.inline import arun_inline, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.loop_thread import AsyncSegments, LoopThread
@@ -102,21 +103,37 @@ class ThreadedEngine:
             self._segments = AsyncSegments(self.scheduler, loop)
             self.scheduler.use_async_runner(self._segments)
         runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
-        self._workers = WorkerThreads(self.scheduler, runner, spec.worker_count, "aioloader-worker")
+        auto = spec.auto_memory_limit is not None
+        self._workers = WorkerThreads(
+            self.scheduler, runner, 1 if auto else spec.worker_count, "aioloader-worker"
+        )
+        self._auto: AutoWorkers | None = None
+        if spec.auto_memory_limit is not None:
+            self._auto = AutoWorkers(self._workers, program.meters, spec.worker_count, spec.auto_memory_limit)
         self._spec = spec
 
     def observe(self) -> Observation:
         program, threads = self.scheduler.program, self._spec.read_options.num_threads
         reading = self._read_pool.engaged or self._segments is not None  # reads (or async maps) at once
         return _observation(
-            program, self.scheduler.buffers(), self._spec.worker_count, threads if reading else 0
+            program, self.scheduler.buffers(), self._workers.count(), threads if reading else 0
         )
 
     def next(self) -> tuple[Outputs, int] | None:
-        return self.scheduler.get()
+        if self._auto is None:
+            return self.scheduler.get()
+        started = time.perf_counter()
+        found = self.scheduler.get()
+        self._auto.waited(time.perf_counter() - started)
+        return found
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        return await self.scheduler.aget()
+        if self._auto is None:
+            return await self.scheduler.aget()
+        started = time.perf_counter()
+        found = await self.scheduler.aget()
+        self._auto.waited(time.perf_counter() - started)
+        return found
 
     def release(self, weight: int) -> None:
         if weight:

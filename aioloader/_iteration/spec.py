@@ -28,8 +28,9 @@ class LoaderSpec:
 
     program: Callable[[ReadPool | None], Program]
     read_options: ReadOptions
-    worker_count: int
+    worker_count: int  # with "auto": the most workers it may start
     executor: str
     device_put: DevicePut | None
     description: dict[str, Any]
     length: int | None
+    auto_memory_limit: int | None = None  # `worker_count="auto"`: its memory bound, in bytes
