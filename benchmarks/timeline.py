@@ -30,7 +30,7 @@ def sample(workload_name: str, workers: int | str, records: int) -> list[dict[st
     workload = WORKLOADS[workload_name]
     loader = aioloader_loader(
         workload, workload.make_source(records), workload.make_transform(), workers, records
-    )  # type: ignore[arg-type]
+    )
     samples: list[dict[str, Any]] = []
     done = threading.Event()
     with iter(loader) as batches:
