@@ -249,3 +249,28 @@ def _verdict(statistics: LoaderStatistics) -> tuple[str, str]:
     from aioloader._observability.report import bottleneck
 
     return bottleneck(statistics)
+
+
+def test_after_set_state_the_figures_count_from_the_resumed_position() -> None:
+    iterator = iter(loader([Plus(), aioloader.Batch(8)], 2))
+    for _ in range(10):
+        next(iterator)
+    state = iterator.get_state()
+    iterator.set_state(state)
+    rest = list(iterator)
+    found = items(iterator.statistics())
+    assert found["read"] == N - 80
+    assert found["consumer"] == len(rest) == (N - 80) // 8
+
+
+def test_statistics_after_close_from_another_thread_keep_the_last_figures() -> None:
+    iterator = iter(loader([Plus(), aioloader.Batch(8)], 2))
+    for _ in range(5):
+        next(iterator)
+    closer = threading.Thread(target=iterator.close)
+    closer.start()
+    closer.join()
+    statistics = iterator.statistics()
+    assert statistics.stage("consumer").items >= 5
+    assert statistics.stage("read").items >= 40
+    assert statistics.elapsed_seconds == iterator.statistics().elapsed_seconds  # frozen at the end

@@ -107,13 +107,16 @@ class _Cursor(Generic[E]):
         what lets a window of one job make progress, and dropping our
         references keeps two `Outputs` from being alive at once.
         """
-        delivered = len(self.items) - operator.length_hint(self.current)
-        if delivered:
-            self.meter.count("consumer", delivered, 0.0)
+        self._count_delivered()
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
         weight, self.weight = self.weight, 0
         return weight
+
+    def _count_delivered(self) -> None:
+        delivered = len(self.items) - operator.length_hint(self.current)
+        if delivered:
+            self.meter.count("consumer", delivered, 0.0)
 
     def take_failure(self) -> BaseException | None:
         failure, self.failure = self.failure, None
@@ -124,6 +127,7 @@ class _Cursor(Generic[E]):
         stops with it), and close the engine."""
         self.closed = True
         self.base = self.position()
+        self._count_delivered()
         self.items.clear()
         self.finish_outputs()
         self.keep_final(self.holder.engine)
