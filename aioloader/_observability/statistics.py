@@ -7,7 +7,9 @@ for each kind of thread (workers, the device thread, the consumer) how long
 it worked and waited; the occupancy of each bounded buffer against its
 bound; and the worker and read-thread counts in use. Figures count from
 the moment the iterator's pipeline started (or restarted, after
-`set_state`).
+`set_state`). With `executor="interpreter"`, the steps that a subinterpreter
+runs (reads of a small source, per-record operations) are not timed: their
+stages show no items.
 """
 
 from __future__ import annotations
