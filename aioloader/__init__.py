@@ -5,6 +5,7 @@ This file is the public API: everything a user imports comes from here, and
 per part of the pipeline, each importing only the folders before it:
 
     _common       the shared vocabulary: options, checks, failures, positions
+    _observability  per-thread counters, statistics snapshots, their report and exports
     _sampling     which record comes at each position (samplers, sharding)
     _sources      the read: source protocols and storage formats (ArrayRecord, Parquet, files)
     _operations   the user's transforms and batching, applied to a run of elements
@@ -13,15 +14,25 @@ per part of the pipeline, each importing only the folders before it:
     _executors    who runs the steps: worker threads, subinterpreters, or the caller (inline)
     _device       the device stage: batches onto the accelerator ahead of the step
     _iteration    the iterators behind `for` and `async for`, their engines and checkpoints
-    _dataset      Grain's Dataset API: MapDataset, a lazy tree with random access
     _loader       DataLoader, which checks its arguments and makes the iterators
+    _dataset      Grain's Dataset API: MapDataset (random access) and IterDataset (in order),
+                  whose parallel parts run as DataLoaders on the same engine
 
 aioloader/README.md has the full tree, the life of one chunk from sampler
 index to `next()`, a glossary, and which thread runs what under which lock.
 """
 
-from aioloader._common.options import ReadOptions
+from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._dataset.base import MapDataset
+from aioloader._dataset.interleave import InterleaveIterDataset
+from aioloader._dataset.iter_base import IterDataset
+from aioloader._dataset.iter_packing import (
+    BestFitPackIterDataset,
+    ConcatThenSplitIterDataset,
+    FirstFitPackIterDataset,
+)
+from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
+from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
@@ -33,6 +44,7 @@ from aioloader._observability.statistics import (
     StageStatistics,
     ThreadStatistics,
 )
+from aioloader._operations.concat_then_split import BOSHandling
 from aioloader._operations.transforms import (
     Batch,
     FilterTransform,
@@ -59,20 +71,29 @@ __all__ = [
     "ArrayRecordDataSource",
     "AsyncDataLoaderIterator",
     "AsyncDataSource",
+    "AsyncDatasetIterator",
+    "BOSHandling",
     "Batch",
+    "BestFitPackIterDataset",
     "BufferStatistics",
+    "ConcatThenSplitIterDataset",
     "DataLoader",
     "DataLoaderIterator",
+    "DatasetIterator",
     "DevicePut",
     "FilesDataSource",
     "FilterTransform",
+    "FirstFitPackIterDataset",
     "FlatMapTransform",
     "HuggingFaceDataSource",
     "InMemoryDataSource",
     "IndexSampler",
+    "InterleaveIterDataset",
+    "IterDataset",
     "LoaderStatistics",
     "MapDataset",
     "MapTransform",
+    "MultiprocessingOptions",
     "NoSharding",
     "ParquetDataSource",
     "PolarsDataSource",
@@ -87,6 +108,7 @@ __all__ = [
     "ShardOptions",
     "StageStatistics",
     "ThreadStatistics",
+    "WindowShuffleIterDataset",
     "log_statistics",
     "register_metrics",
 ]

@@ -6,6 +6,7 @@ What the iterators need of it is a frozen `LoaderSpec`, built here once.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,15 +15,22 @@ from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
 from aioloader._executors.autoscale import default_maximum, default_memory_limit
 from aioloader._executors.interpreter.executor import check_interpreter_executor
+from aioloader._iteration.grain_state import GrainNames
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import Kind, Operations, compile_operations
 from aioloader._program.program import Program
+from aioloader._program.read_pool import ReadPool
 from aioloader._sampling.sampler import SamplerBase
+from aioloader._sampling.sharding import ShardOptions, check_shard_options
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
 
 EXECUTORS = ("thread", "interpreter")
+# Threads are cheap, but not free: each holds a stack and its own copy of the
+# operations, and past a few hundred they only contend for the cores and the
+# window. A count above this is a typo (10_000) rather than a plan.
+MAX_WORKER_COUNT = 256
 
 
 class DataLoader:
@@ -35,9 +43,11 @@ class DataLoader:
     `get_state()` / `set_state()` checkpoint and resume it.
 
     `worker_count=0` runs everything in the caller's thread (the debug mode);
-    `worker_count=N` runs reads and operations on N worker threads, each with
-    its own deep copy of the operations. With `executor="interpreter"` (CPython
-    3.13+), each worker thread runs the per-record maps, filters and flat-maps
+    `worker_count=None` means one worker per CPU (`os.cpu_count()`), as in
+    Grain; `worker_count=N` runs reads and operations on N worker threads (at
+    most `MAX_WORKER_COUNT`, 256), each with its own deep copy of the
+    operations. With `executor="interpreter"` (CPython 3.13+), each worker
+    thread runs the per-record maps, filters and flat-maps
     (and the reads of a small picklable source) in its own isolated
     subinterpreter, with its own GIL; `worker_count=0` still runs inline, in
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
@@ -53,9 +63,26 @@ class DataLoader:
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
     called from the worker threads, so it must be stateless or thread-safe).
-    The loader reads the sampler's shard as Grain's `DataLoader` does (see
-    `aioloader._sampling.walk`); a `RandomMapTransform` needs a sampler with
-    a seed.
+    A `RandomMapTransform` needs a sampler with a seed.
+
+    `shard_options` is Grain's: which of the sampler's global indices this
+    loader reads. Shard `i` of `n` reads indices `i, i + n, i + 2n, ...`
+    (`len(sampler) // n` of them; see `aioloader._sampling.walk`). None, the
+    default, takes the sampler's own `shard_options` (as Grain does; a
+    sampler without one is read unsharded, where Grain raises). Given, it
+    wins over the sampler's for the walk, while the sampler still maps each
+    index to a record with its own: as in Grain, give both the same options.
+
+    How far ahead the pipeline runs: with `worker_count=0`, at most one chunk
+    of records (cut from `read_options.prefetch_buffer_size`) is being worked
+    on. With workers, `read_options.prefetch_buffer_size` records read but
+    not yet delivered, plus `worker_buffer_size` finished outputs per worker
+    (Grain's "output batches to produce in advance per worker"), make one
+    bound, counted in records: `prefetch_buffer_size + worker_count *
+    worker_buffer_size * records_per_output` (the batch size, or 1 without
+    `Batch`). aioloader's workers share that bound rather than each having
+    their own, since they share one ordered output. Both at 0 means one chunk
+    at a time.
     """
 
     def __init__(
@@ -64,19 +91,23 @@ class DataLoader:
         data_source: Any,
         sampler: Any,
         operations: Sequence[Any] = (),
-        worker_count: int | str = 0,
-        executor: str = "thread",
+        worker_count: int | str | None = 0,
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
+        executor: str = "thread",
         device_put: DevicePut | None = None,
         memory_limit_bytes: int | None = None,
     ) -> None:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
         self.operations = compile_operations(operations)
-        self.walk = Walk(sampler)
+        self.shard_options = None if shard_options is None else check_shard_options(shard_options)
+        self.walk = Walk(sampler, self.shard_options)
         _check_seed_for_random_ops(self.walk, self.operations)
         self.worker_count: int | str = _check_worker_count(worker_count)
-        self.memory_limit_bytes = _check_memory_limit(memory_limit_bytes, self.worker_count)
+        self.memory_limit_bytes = _check_memory_limit(memory_limit_bytes, worker_count)
+        self.worker_buffer_size = require_int("worker_buffer_size", worker_buffer_size, minimum=0)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
         if read_options is not None and not isinstance(read_options, ReadOptions):
@@ -92,11 +123,13 @@ class DataLoader:
 
     def _make_spec(self) -> LoaderSpec:
         return LoaderSpec(
-            program=functools.partial(
-                Program, self.data_source, self.walk, self.operations, self.read_options.num_threads
+            make_program=functools.partial(
+                self._program, self.data_source, self.operations, self.read_options
             ),
+            walk=self.walk,
             read_options=self.read_options,
-            worker_count=default_maximum() if self.worker_count == "auto" else int(self.worker_count),
+            window=self._window(),
+            worker_count=self._most_workers(),
             executor=self.executor,
             device_put=self.device_put,
             description={
@@ -104,14 +137,34 @@ class DataLoader:
                 "data_source": describe_source(self.data_source),
                 "operations": self.operations.describe(),
             },
+            grain=GrainNames(self.sampler, self.data_source, self.walk.shard),
             length=self.walk.length,
             auto_memory_limit=self._auto_memory_limit(),
         )
+
+    def _most_workers(self) -> int:
+        """The worker count, or with "auto" the most workers it may start."""
+        if self.worker_count == "auto":
+            return min(default_maximum(), MAX_WORKER_COUNT)
+        return int(self.worker_count)
 
     def _auto_memory_limit(self) -> int | None:
         if self.worker_count != "auto":
             return None
         return default_memory_limit() if self.memory_limit_bytes is None else self.memory_limit_bytes
+
+    @staticmethod
+    def _program(
+        source: Any, operations: Operations, options: ReadOptions, walk: Walk, read_pool: ReadPool | None
+    ) -> Program:
+        return Program(source, walk, operations, options.num_threads, read_pool)
+
+    def _window(self) -> int:
+        """The records the threaded pipeline may hold ahead of the consumer (see the class)."""
+        batch = self.operations.batch
+        per_output = 1 if batch is None else batch.batch_size
+        ahead = self._most_workers() * self.worker_buffer_size * per_output
+        return self.read_options.prefetch_buffer_size + ahead
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(self._spec)
@@ -127,14 +180,23 @@ class DataLoader:
 
 
 def _check_worker_count(worker_count: Any) -> int | str:
-    if worker_count == "auto" and isinstance(worker_count, str):
-        return worker_count
+    """`worker_count` checked: "auto", or an int from 0 to `MAX_WORKER_COUNT`; None
+    (Grain's "let the backend choose") is one worker per CPU."""
     if isinstance(worker_count, str):
-        raise ValueError(f'`worker_count` must be an int or "auto", got {worker_count!r}.')
-    return require_int("worker_count", worker_count, minimum=0)
+        if worker_count == "auto":
+            return worker_count
+        raise ValueError(f'`worker_count` must be an int, None or "auto", got {worker_count!r}.')
+    count = (os.cpu_count() or 1) if worker_count is None else worker_count
+    count = require_int("worker_count", count, minimum=0)
+    if count > MAX_WORKER_COUNT:
+        raise ValueError(
+            f"`worker_count` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
+            f"starts), got {count}."
+        )
+    return count
 
 
-def _check_memory_limit(limit: Any, worker_count: int | str) -> int | None:
+def _check_memory_limit(limit: Any, worker_count: Any) -> int | None:
     if limit is None:
         return None
     if worker_count != "auto":

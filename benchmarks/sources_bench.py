@@ -1,6 +1,6 @@
 """Random-access read throughput of the data sources, through the loader and in plain loops.
 
-    python -m benchmarks.sources_bench [--records N] [--files N] [--repeats R] [--quick]
+    python -m benchmarks.sources_bench [--records N] [--files N] [--repeats R] [--quick] [--only PART]
 
 Every source reads the same records in the same global shuffle:
 
@@ -16,6 +16,9 @@ Every source reads the same records in the same global shuffle:
   record per chunk) and in the writer's default one (chunks of up to 65,536
   records, verified once each, then cached); Parquet written with page
   checksums.
+* HighwayHash: MB/s of one long message (a chunk of a file written with a
+  large `group_size`), hashed by the C library and by the NumPy fallback;
+  and of several threads hashing at once (the C call releases the GIL).
 * Files: N files of 4 KiB, each read after a simulated 2 ms latency, by a
   sequential loop, then by FilesDataSource through the loader (16 reads in
   flight, the default `ReadOptions.num_threads`). The latency is an awaited
@@ -45,8 +48,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -61,6 +66,7 @@ from aioloader import (
     RangeDataSource,
     SequentialSampler,
 )
+from aioloader._sources.arrayrecord import highwayhash, highwayhash_numpy
 from aioloader._sources.arrayrecord.source import array_record_installed
 
 WORKERS = (0, 1, 2, 4)
@@ -272,6 +278,43 @@ def bench_checksums(directory: Path, count: int, repeats: int) -> list[Row]:
     return rows
 
 
+# HighwayHash
+
+HASH_BYTES = {"C": 16 << 20, "NumPy": 1 << 20}  # per message: the fallback is far slower
+
+
+def bench_highwayhash(repeats: int) -> list[Row]:
+    """One long message at a time, through `hash64_many` (C) and the NumPy fallback;
+    then the C library from 1, 2 and 4 threads at once. A row's "records" are MB."""
+    rows = []
+    if highwayhash.implementation() == "C":
+        rows.append(hashed("C (compiled on first use), 1 thread", highwayhash.hash64_many, 1, repeats))
+        for threads in (2, 4):
+            how = f"C, {threads} threads at once, a message each"
+            rows.append(hashed(how, highwayhash.hash64_many, threads, repeats))
+    else:
+        print("HighwayHash: the C library did not build here (see the warning above); NumPy only.")
+    numpy_hash = partial(highwayhash_numpy.hash64_many, key=highwayhash.RIEGELI_KEY)
+    rows.append(hashed("NumPy fallback (no C compiler), 1 thread", numpy_hash, 1, repeats))
+    return rows
+
+
+def hashed(how: str, hash_many: Callable[[list[bytes]], list[int]], threads: int, repeats: int) -> Row:
+    size = HASH_BYTES["NumPy" if "NumPy" in how else "C"]
+    message = random.Random(0).randbytes(size)
+    start = threading.Barrier(threads)
+
+    def hash_one(_: int) -> None:
+        start.wait()
+        hash_many([message])
+
+    def run() -> None:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(hash_one, range(threads)))
+
+    return timed("HighwayHash, MB", how, threads * size // 2**20, run, repeats)
+
+
 # Files
 
 
@@ -352,9 +395,15 @@ def table(rows: list[Row]) -> str:
         speed = row.records / row.seconds
         base = first.setdefault(row.source, speed)
         lines.append(
-            f"| {row.source} | {row.how} | {speed:,.0f} | {row.seconds * 1000:,.1f} | {speed / base:.2f}x |"
+            f"| {row.source} | {row.how} | {figure(speed)} | {row.seconds * 1000:,.1f} "
+            f"| {figure(speed / base, 2)}x |"
         )
     return "\n".join(lines)
+
+
+def figure(value: float, decimals: int = 0) -> str:
+    """`value` with `decimals` decimals, or three significant digits where that shows more."""
+    return f"{value:,.{decimals}f}" if abs(value) * 10**decimals >= 10 else f"{value:.3g}"
 
 
 def banner() -> str:
@@ -371,6 +420,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--files", type=int, default=400, help="files for FilesDataSource")
     parser.add_argument("--repeats", type=int, default=3, help="passes per figure (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: little data, one pass")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(PARTS), help="run only this part (may be repeated)"
+    )
     parser.add_argument("--write", metavar="PATH", help=argparse.SUPPRESS)  # writes the ArrayRecord file
     parser.add_argument("--options", default="", help=argparse.SUPPRESS)  # the writer's, with --write
     args = parser.parse_args(argv)
@@ -380,13 +432,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.records, args.files, args.repeats = 1000, 40, 1
     print(f"Data sources, random access: {banner()}; median of {args.repeats} passes.\n", flush=True)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="aioloader-bench-") as tmp:
-        rows = bench_array_record(Path(tmp), args.records, args.repeats)
-        rows += bench_parquet(Path(tmp), args.records, args.repeats)
-        rows += bench_checksums(Path(tmp), args.records, args.repeats)
-        rows += bench_files(Path(tmp), args.files, args.repeats)
-        rows += bench_loader_alone(args.records, args.repeats)
+        for name, part in PARTS.items():
+            if not args.only or name in args.only:
+                rows += part(Path(tmp), args)
     print(table(rows))
+
+
+# Each part of the benchmark, by the name `--only` takes.
+PARTS: dict[str, Callable[[Path, argparse.Namespace], list[Row]]] = {
+    "arrayrecord": lambda tmp, args: bench_array_record(tmp, args.records, args.repeats),
+    "parquet": lambda tmp, args: bench_parquet(tmp, args.records, args.repeats),
+    "checksums": lambda tmp, args: bench_checksums(tmp, args.records, args.repeats),
+    "highwayhash": lambda tmp, args: bench_highwayhash(args.repeats),
+    "files": lambda tmp, args: bench_files(tmp, args.files, args.repeats),
+    "loader": lambda tmp, args: bench_loader_alone(args.records, args.repeats),
+}
 
 
 if __name__ == "__main__":

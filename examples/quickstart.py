@@ -20,5 +20,7 @@ loader = al.DataLoader(
 with iter(loader) as batches:
     for step, batch in enumerate(batches):
         if step == 10:
-            state = batches.get_state()  # small JSON: save it with the model
-print(step + 1, "batches of", batch["x"].shape, "; resume from", state["position"])
+            state = batches.get_state()  # a few hundred bytes of JSON, as Grain's: save them with the model
+with iter(loader) as resumed:
+    resumed.set_state(state)  # the batches after the eleventh, with any worker_count
+    print(step + 1, "batches of", batch["x"].shape, ";", len(list(resumed)), "after the checkpoint")

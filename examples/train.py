@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import math
 import shutil
 import sys
@@ -248,7 +247,7 @@ class NumpyCheckpoints(Saving):
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         np.savez(partial / "model.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(state)])
-        (partial / "loader.json").write_text(json.dumps(batches.get_state()))
+        (partial / "loader.json").write_bytes(batches.get_state())
         shutil.rmtree(self.directory / str(step), ignore_errors=True)
         partial.rename(self.directory / str(step))
         for old in self.steps()[:-3]:
@@ -268,7 +267,7 @@ class NumpyCheckpoints(Saving):
             arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         if [(a.shape, a.dtype) for a in arrays] != [(x.shape, x.dtype) for x in leaves]:
             raise ValueError(f"`{folder / 'model.npz'}` holds parameters of another model.")
-        batches.set_state(json.loads((folder / "loader.json").read_text()))
+        batches.set_state((folder / "loader.json").read_bytes())
         restored = [jax.device_put(a, x.sharding) for a, x in zip(arrays, leaves, strict=True)]
         return self.steps()[-1], jax.tree.unflatten(tree, restored)
 

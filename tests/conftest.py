@@ -1,21 +1,41 @@
-"""Shared test setup: the interpreter banner, JAX's CPU devices, repetition, thread checks."""
+"""Shared test setup: the interpreter banner, JAX's CPU devices, repetition, thread checks,
+and the S3 server on loopback (see tests/support/object_store.py)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import sysconfig
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aioloader._sources.arrayrecord.source import array_record_installed
+from tests.support.arrayrecord_files import write_all
+from tests.support.object_store import FaultProxy, S3Place, serve
+from tools.seaweedfs import SeaweedServer
+
 # Eight CPU devices for the sharding tests; must be set before JAX starts.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+# The object-storage tests reach only the server on 127.0.0.1 that they start:
+# no credentials, endpoint or config of the person running them, and no
+# instance-metadata lookup (which would leave the machine).
+for _name in [name for name in os.environ if name.startswith("AWS_")]:
+    del os.environ[_name]
+os.environ |= {
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+REPO = Path(__file__).resolve().parent.parent
 
 # Concurrency tests run this many times: more where the GIL is off, where
 # races have the most room to show.
@@ -35,6 +55,22 @@ def interpreter_banner() -> str:
     gil = "GIL on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "GIL off"
     version = sys.version.split()[0]
     return f"interpreter: {sys.implementation.name} {version}, {build}, {gil} ({sys.executable})"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "soak: minutes of random delays, errors and resumes; outside the default run (-m soak)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soaks run only when asked for by name (`-m soak`)."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    soaks = [item for item in items if item.get_closest_marker("soak") is not None]
+    if soaks:
+        config.hook.pytest_deselected(items=soaks)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
 
 
 def pytest_report_header() -> str:
@@ -75,3 +111,49 @@ def uninterrupted_training(tmp_path_factory: pytest.TempPathFactory) -> dict[int
     folder = tmp_path_factory.mktemp("uninterrupted")
     run_to_end(job(folder / "log.jsonl", folder / "run"))
     return {line["step"]: line for line in read_log(folder / "log.jsonl")}
+
+
+@pytest.fixture(scope="session")
+def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files of `tests.support.arrayrecord_files`, from the official writer: in this process
+    where it imports, else in the GIL interpreter that AIOLOADER_GIL_PYTHON names."""
+    directory = tmp_path_factory.mktemp("array_record")
+    if array_record_installed():
+        write_all(directory)
+    elif os.environ.get("AIOLOADER_GIL_PYTHON"):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
+        writer = "tests.support.arrayrecord_files"
+        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", writer, str(directory)]
+        subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
+    else:
+        pytest.skip(
+            "array_record (the official writer) does not import here and AIOLOADER_GIL_PYTHON names no "
+            "interpreter that has it; `./dev test` sets it for the free-threaded session"
+        )
+    return directory
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """SeaweedFS on 127.0.0.1, once per session (tests skip where `weed` cannot run)."""
+    yield from serve(tmp_path_factory.mktemp("seaweedfs"))
+
+
+@pytest.fixture
+def s3(s3_server: SeaweedServer) -> S3Place:
+    """A fresh folder in the session's bucket."""
+    return S3Place(s3_server)
+
+
+@pytest.fixture
+def fault_proxy(s3_server: SeaweedServer) -> Iterator[FaultProxy]:
+    """A proxy in front of the session's server that counts requests and fails them on demand."""
+    proxy = FaultProxy(("127.0.0.1", s3_server.s3_port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def restartable_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A server of the module's own, that its tests may stop and start again (`restart()`)."""
+    yield from serve(tmp_path_factory.mktemp("seaweedfs-faults"))

@@ -22,31 +22,18 @@ import pytest
 
 from aioloader import ArrayRecordDataSource, DataLoader, IndexSampler
 from aioloader._sources.arrayrecord import compression as compression
+from aioloader._sources.arrayrecord.highwayhash import RIEGELI_KEY
+from aioloader._sources.arrayrecord.reader import ArrayRecordFile
+from aioloader._sources.arrayrecord.riegeli import BLOCK_SIZE, Chunk
 from aioloader._sources.arrayrecord.source import READER_ENV, array_record_installed
+from aioloader._sources.cache import ByteBoundedCache
 from tests.conftest import FREE_THREADED, repeated
-from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, write_all
+from tests.support.arrayrecord_files import ALL, OPTIONS, SHARDS, Spec, offsets_to_damage
+from tests.test_highwayhash import IMPLEMENTATIONS, Hash
 
 REPO = Path(__file__).resolve().parent.parent
 READERS = ["builtin", "array_record"] if array_record_installed() else ["builtin"]
 BY_NAME = {spec.name: spec for spec in ALL}
-
-
-@pytest.fixture(scope="session")
-def array_record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("array_record")
-    if array_record_installed():
-        write_all(directory)
-    elif os.environ.get("AIOLOADER_GIL_PYTHON"):
-        env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # a GIL build rejects PYTHON_GIL=0
-        writer = "tests.support.arrayrecord_files"
-        command = [os.environ["AIOLOADER_GIL_PYTHON"], "-m", writer, str(directory)]
-        subprocess.run(command, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, check=True)
-    else:
-        pytest.skip(
-            "array_record (the official writer) does not import here and AIOLOADER_GIL_PYTHON names no "
-            "interpreter that has it; `./dev test` sets it for the free-threaded session"
-        )
-    return directory
 
 
 @pytest.fixture(params=READERS)
@@ -108,9 +95,7 @@ def test_the_loader_reads_every_record(
 def test_many_threads_read_one_source_at_once(
     array_record_dir: Path, reader: str, verify: bool, repeat: int
 ) -> None:
-    # Unverified, chunks that span blocks too; verified, fewer reads of small chunks,
-    # since a pure-Python hash of a large chunk costs much more than its decoding.
-    names = ("grouped-zstd", "grouped-snappy", "large-snappy" if not verify else "group-size", "default")
+    names = ("grouped-zstd", "grouped-snappy", "large-snappy", "default")  # chunks that span blocks too
     specs = [BY_NAME[name] for name in names]
     # A small cache, so that threads evict each other's chunks while they read.
     source = ArrayRecordDataSource(
@@ -122,7 +107,7 @@ def test_many_threads_read_one_source_at_once(
     def read_randomly(seed: int) -> None:
         rng = random.Random(seed)
         start.wait()
-        for _ in range(8 if verify else 100):
+        for _ in range(100):
             keys = rng.choices(range(len(expected)), k=rng.randrange(1, 24))
             got = [source[keys[0]]] if len(keys) == 1 else source.__getitems__(keys)
             assert got == [expected[key] for key in keys]
@@ -187,21 +172,6 @@ def test_a_chunk_that_disagrees_with_the_footer_is_an_error(array_record_dir: Pa
         source[0]
 
 
-def offsets_to_damage(whole: bytes, sample: int | None) -> list[int]:
-    """Every byte that holds something (up to the padding before the last block, and the
-    postscript at its start), or `sample` of them plus every byte of the block headers;
-    and a few bytes of padding."""
-    last_block = len(whole) - 65536
-    end = max(i for i in range(last_block) if whole[i]) + 8  # zeros after this are padding
-    held = [*range(end), *range(last_block, last_block + 160)]
-    rng = random.Random(len(whole))
-    if sample is not None:
-        headers = [b + i for b in range(65536, len(whole), 65536) for i in range(24)]
-        held = sorted({*rng.sample(held, sample), *headers})
-    padding = rng.sample(range(end, last_block), 20)
-    return held + padding
-
-
 @pytest.mark.parametrize(
     ("name", "sample"), [("damage-single", None), ("damage-grouped", None), ("damage-spanning", 40)]
 )
@@ -224,6 +194,29 @@ def test_a_changed_byte_anywhere_is_an_error_naming_the_file_and_offset(
             assert got == expected, f"a changed bit at byte {offset} gave other records"
             outcomes["same records"] += 1
     assert outcomes["error"] > outcomes["same records"] > 0, outcomes  # padding changes nothing
+
+
+def every_hash_in(path: Path) -> tuple[list[bytes | memoryview], list[int]]:
+    """What each block header, chunk header and chunk data of the file hashes, and the hash
+    stored with it: in the signature, every data chunk, the footer and the postscript."""
+    whole = path.read_bytes()
+    file = ArrayRecordFile(str(path), ByteBoundedCache(0), verify_checksums=False)
+    starts = [0, *file._offsets.tolist(), int(file._ends[-1]), len(whole) - BLOCK_SIZE]
+    file.close()
+    checks = [
+        check
+        for begin, end in zip(starts, [*starts[1:], len(whole)], strict=True)
+        for check in Chunk(whole[begin:end], begin).checks()
+    ]
+    return [hashed for _, hashed, _ in checks], [expected for _, _, expected in checks]
+
+
+@pytest.mark.parametrize("hash_many", IMPLEMENTATIONS)
+def test_every_hash_of_every_official_file_matches(array_record_dir: Path, hash_many: Hash) -> None:
+    for spec in ALL:
+        messages, expected = every_hash_in(array_record_dir / spec.file_name)
+        assert len(messages) >= 8, spec.name  # 3 in the signature and the postscript, 2 in the footer
+        assert hash_many(messages, RIEGELI_KEY) == expected, spec.name
 
 
 def read_all_or_error(path: Path, reader: str) -> list[bytes] | str:

@@ -3,30 +3,53 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
+import time
 from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource
-from tests.conftest import repeated
+from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource
+from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
+from tests.support.transforms import SlowRecords
+
+
+class Ticks:
+    """A ticker task's count, which worker threads can wait on."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def tick(self) -> None:
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    def wait_for_a_fresh_one(self) -> bool:
+        """Wait for a tick that happens after this call."""
+        with self.changed:
+            seen = self.count
+            return self.changed.wait_for(lambda: self.count > seen, timeout=20)
 
 
 class WaitsForTheLoop(MapTransform):
-    """Blocks its thread until a task on the event loop has ticked enough times.
+    """Blocks its thread until a task on the event loop ticks again, for every record.
 
-    If the transform ran on the loop, the ticker could never tick: the wait
-    would time out and the test fail, instead of hanging.
+    If the transform ran on the loop (or the loop were blocked while it ran),
+    the ticker could not tick: the wait would time out and the test fail,
+    instead of hanging.
     """
 
-    def __init__(self, ticked: threading.Event) -> None:
-        self.ticked = ticked
+    def __init__(self, ticks: Ticks) -> None:
+        self.ticks = ticks
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WaitsForTheLoop:
-        return self  # every worker must see the same event
+        return self  # every worker must see the same ticks
 
     def map(self, element: Any) -> Any:
-        if not self.ticked.wait(timeout=20):
+        if not self.ticks.wait_for_a_fresh_one():
             raise TimeoutError("the event loop was blocked while the transform ran")
         total = 0
         for i in range(20_000):  # and some CPU work that holds the GIL where there is one
@@ -50,27 +73,24 @@ class RecordsThread(MapTransform):
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.asyncio
 async def test_other_tasks_run_while_transforms_execute(workers: int, repeat: int) -> None:
-    ticked = threading.Event()
-    ticks: list[int] = []
+    ticks = Ticks()
 
     async def ticker() -> None:
         while True:
-            ticks.append(1)
-            if len(ticks) >= 5:
-                ticked.set()
+            ticks.tick()
             await asyncio.sleep(0)
 
     task = asyncio.create_task(ticker())
     loader = DataLoader(
         data_source=RangeDataSource(0, 64),
         sampler=IndexSampler(64, shuffle=True, seed=1, num_epochs=1),
-        operations=[WaitsForTheLoop(ticked), Batch(8)],
+        operations=[WaitsForTheLoop(ticks), Batch(8)],
         worker_count=workers,
     )
     batches = [batch async for batch in loader]
     task.cancel()
     assert sorted(x for b in batches for x in b.tolist()) == list(range(64))
-    assert len(ticks) >= 5
+    assert ticks.count >= 64  # a fresh tick for each record
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -137,3 +157,94 @@ async def test_iterators_are_async_context_managers() -> None:
     )
     async with aiter(loader) as iterator:
         assert [x async for x in iterator] == [0, 1, 2, 3, 4]
+
+
+# Leaving `async for` early closes the loader off the loop: the loop keeps
+# running while the worker threads finish what they were doing and are joined.
+
+
+@repeated
+@pytest.mark.parametrize("how", ["break", "aclose", "set_state"])
+@pytest.mark.parametrize("device", [False, True], ids=["host", "device"])
+@pytest.mark.asyncio
+async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool, repeat: int) -> None:
+    beats: list[float] = []
+
+    async def heartbeat() -> None:
+        while True:
+            beats.append(time.monotonic())
+            await asyncio.sleep(0.001)
+
+    slow = SlowRecords(0.4, first=1)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 1000),
+        sampler=IndexSampler(1000, num_epochs=1),
+        operations=[slow],
+        worker_count=2,
+        device_put=DevicePut() if device else None,
+    )
+    beat = asyncio.create_task(heartbeat())
+    iterator = aiter(loader)
+    async for _ in iterator:
+        while not slow.entered.is_set():  # a worker is in a record that takes 0.4 s
+            await asyncio.sleep(0.001)
+        break  # stopping waits for that record
+    started = time.monotonic()
+    if how == "aclose":
+        await iterator.aclose()
+    elif how == "set_state":
+        iterator.set_state(iterator.get_state())
+        del iterator
+    else:
+        del iterator  # what leaving `async for` does: the finalizer closes it
+    while aioloader_threads():
+        await asyncio.sleep(0.001)
+    stopped = time.monotonic()
+    beat.cancel()
+    during = [b for b in beats if started <= b <= stopped]
+    gaps = [b - a for a, b in itertools.pairwise([started, *during, stopped])]
+    # The workers took a while to stop (a record in progress), and the loop ran
+    # meanwhile: no gap near the whole shutdown, as when a join blocked it.
+    assert stopped - started > 0.1
+    assert max(gaps) < (stopped - started) / 2, (
+        f"the loop stalled {max(gaps):.3f} s of {stopped - started:.3f} s"
+    )
+
+
+# An iterator belongs to the event loop it started on.
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_used_under_a_second_asyncio_run_says_so(workers: int) -> None:
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 100),
+        sampler=IndexSampler(100, num_epochs=1),
+        operations=[_async_double, Batch(4)],
+        worker_count=workers,
+    )
+    iterator = aiter(loader)
+
+    async def first() -> Any:
+        return await anext(iterator)
+
+    async def second() -> Any:
+        return [batch async for batch in iterator]
+
+    assert asyncio.run(first()).tolist() == [0, 2, 4, 6]
+    with pytest.raises(RuntimeError, match="belongs to another event loop"):
+        asyncio.run(second())
+
+    async def again_here() -> list[Any]:
+        iterator.set_state(iterator.get_state())  # continues on this loop
+        async with iterator:
+            return [batch.tolist() async for batch in iterator]
+
+    rest = asyncio.run(again_here())
+    assert rest[0] == [8, 10, 12, 14]
+    assert len(rest) == 24
+    assert wait_for_no_threads() == []
+
+
+async def _async_double(element: Any) -> Any:
+    await asyncio.sleep(0)
+    return element * 2

@@ -85,7 +85,15 @@ def test_resume_with_auto_continues_where_a_fixed_count_stopped() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"worker_count": "many"}, ValueError, "`worker_count` must be an int or \"auto\", got 'many'."),
+        (
+            {"worker_count": "many"},
+            ValueError,
+            "`worker_count` must be an int, None or \"auto\", got 'many'.",
+        ),
+        ({"worker_count": 257}, ValueError, "`worker_count` must be at most 256"),
+        ({"worker_count": -1}, ValueError, "`worker_count` must be greater than or equal to 0, got -1."),
+        ({"worker_count": 1.5}, TypeError, "`worker_count` must be an int"),
+        ({"worker_count": None, "memory_limit_bytes": 1 << 30}, ValueError, "worker_count=None"),
         (
             {"worker_count": "auto", "memory_limit_bytes": 0},
             ValueError,

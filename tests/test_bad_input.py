@@ -5,17 +5,21 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 
 from aioloader import (
     Batch,
     DataLoader,
+    FilterTransform,
     IndexSampler,
     InMemoryDataSource,
     MapTransform,
     RangeDataSource,
     ReadOptions,
 )
+from aioloader._loader import MAX_WORKER_COUNT
+from tests.support.outputs import drain, notes
 
 
 def make(**overrides: Any) -> DataLoader:
@@ -40,6 +44,7 @@ class HoldsALock(MapTransform):
     [
         ({"worker_count": -1}, ValueError, r"`worker_count` must be greater than or equal to 0, got -1"),
         ({"worker_count": 2.0}, TypeError, r"`worker_count` must be an int"),
+        ({"worker_count": 10_000}, ValueError, r"`worker_count` must be at most 256 .*got 10000"),
         ({"executor": "process"}, ValueError, r"`executor` must be one of .*'process'"),
         ({"read_options": {"num_threads": 4}}, TypeError, r"`read_options` must be a ReadOptions"),
         (
@@ -62,6 +67,7 @@ class HoldsALock(MapTransform):
     ids=[
         "negative-workers",
         "float-workers",
+        "ten-thousand-workers",
         "unknown-executor",
         "dict-read-options",
         "range-sampler",
@@ -97,10 +103,13 @@ def test_batch_arguments(kwargs: dict[str, Any], error: type[Exception], message
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_threads": 0}, r"`num_threads` must be greater than or equal to 1, got 0"),
-        ({"prefetch_buffer_size": -1}, r"`prefetch_buffer_size` must be greater than or equal to 1, got -1"),
+        ({"num_threads": -1}, r"`num_threads` must be greater than or equal to 0, got -1\."),
+        (
+            {"prefetch_buffer_size": -1},
+            r"`prefetch_buffer_size` must be greater than or equal to 0, got -1\.",
+        ),
     ],
-    ids=["zero-threads", "negative-buffer"],
+    ids=["negative-threads", "negative-buffer"],
 )
 def test_read_options_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -133,3 +142,100 @@ def test_a_transform_that_opts_out_of_copies_is_shared() -> None:
             return self
 
     assert list(make(operations=[Shared()], worker_count=2)) == list(range(10))
+
+
+def test_the_largest_worker_count_is_allowed() -> None:
+    with iter(make(worker_count=MAX_WORKER_COUNT)) as iterator:
+        assert next(iterator) == 0
+    assert MAX_WORKER_COUNT == 256  # as documented
+
+
+# A source must return one record per key from __getitems__ / aget_many:
+# records would otherwise be lost, or shifted onto other keys.
+
+
+class Lying:
+    """`__getitems__` returns `change` records more (or fewer) than it was given keys."""
+
+    def __init__(self, change: int) -> None:
+        self.change = change
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+    def __getitems__(self, keys: list[int]) -> list[int]:
+        found = list(keys)
+        return found[: len(found) + self.change] if self.change < 0 else found + [-1] * self.change
+
+
+class LyingAsync:
+    def __init__(self, change: int) -> None:
+        self.change = change
+
+    def __len__(self) -> int:
+        return 40
+
+    async def aget(self, key: int) -> int:
+        return key
+
+    async def aget_many(self, keys: list[int]) -> list[int]:
+        return Lying(self.change).__getitems__(keys)
+
+
+@pytest.mark.parametrize("change", [-1, 1], ids=["fewer", "more"])
+@pytest.mark.parametrize("source", [Lying, LyingAsync])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_source_returning_another_number_of_records_is_an_error(
+    source: type[Any], change: int, workers: int
+) -> None:
+    got, error = drain(
+        make(data_source=source(change), sampler=IndexSampler(40, num_epochs=1), worker_count=workers)
+    )
+    assert got == []  # the first read of all (one record) already lies
+    assert isinstance(error, ValueError)
+    method = "__getitems__" if source is Lying else "aget_many"
+    assert f"`data_source` {source.__name__}.{method} returned {1 + change} records for 1 keys" in str(error)
+    assert f"reading from {source.__name__} failed on the record with index=0" in notes(error)
+
+
+def test_a_source_that_lies_only_about_some_keys_fails_where_it_lies() -> None:
+    class LiesAbout17(Lying):
+        def __getitems__(self, keys: list[int]) -> list[int]:
+            return [k for k in keys if k != 17]
+
+    got, error = drain(make(data_source=LiesAbout17(0), sampler=IndexSampler(40, num_epochs=1)))
+    assert got == list(range(len(got)))  # nothing shifted onto another key
+    assert len(got) <= 17
+    assert "returned" in str(error)
+
+
+# A filter must say yes or no: None (a forgotten `return`), ints, strings are refused.
+
+
+class Verdict(FilterTransform):
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def filter(self, element: Any) -> Any:
+        return self.answer if element == 3 else True
+
+
+@pytest.mark.parametrize("answer", [None, 1, "yes", [True], np.array([True, False])], ids=repr)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_that_does_not_return_a_bool_is_named(answer: Any, workers: int) -> None:
+    got, error = drain(
+        make(operations=[Verdict(answer)], sampler=IndexSampler(10, num_epochs=1), worker_count=workers)
+    )
+    assert got == [0, 1, 2]
+    assert type(error) is TypeError
+    assert str(error).startswith(f"`operations[0]` (Verdict.filter) must return a bool, got {answer!r}"[:60])
+    assert "index=3, record_key=3" in notes(error)
+
+
+@pytest.mark.parametrize("answer", [False, np.bool_(False), np.array(False)], ids=["bool", "np.bool_", "0-d"])
+def test_a_filter_may_return_numpy_bools(answer: Any) -> None:
+    loader = make(operations=[Verdict(answer)], sampler=IndexSampler(10, num_epochs=1), worker_count=2)
+    assert list(loader) == [0, 1, 2, 4, 5, 6, 7, 8, 9]

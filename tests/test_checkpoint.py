@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import aioloader as al
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource
 from tests.conftest import ORBAX_MISSING
+from tests.grain_reference import grain_python
+from tests.support.grain_states import loader
 from tests.support.reference import AddOne, Noise, assert_same_outputs, reference_outputs
 
 NUM_RECORDS = 50
@@ -54,7 +56,7 @@ def test_checkpointer_alone_restores_exactly_the_remaining_batches(
         with ocp.Checkpointer(CheckpointHandler()) as checkpointer:
             checkpointer.save(path, args=CheckpointSave(first))
         saved = first.get_state()
-    assert json.loads((path / "process_0-of-1.json").read_text()) == saved
+    assert (path / "process_0-of-1.json").read_bytes() == saved
     with iter(make_loader(after)) as second, ocp.Checkpointer(CheckpointHandler()) as checkpointer:
         assert checkpointer.restore(path, args=CheckpointRestore(second)) is second
         tail = list(second)
@@ -175,3 +177,43 @@ def test_bad_arguments() -> None:
         CheckpointRestore(make_loader(0))  # type: ignore[arg-type, unused-ignore]
     with pytest.raises(ValueError, match=r"needs the iterator: pass `args=aioloader\.checkpoint"):
         CheckpointHandler().restore(Path("."))
+
+
+def test_an_iter_dataset_iterator_is_saved_and_restored_next_to_a_model(tmp_path: Path) -> None:
+    import aioloader as al
+
+    def pipeline(workers: int) -> al.IterDataset[Any]:
+        parts = {
+            name: al.MapDataset.range(base, base + 60).to_iter_dataset()
+            for name, base in (("a", 0), ("b", 100))
+        }
+        return al.IterDataset.mix(parts, {"a": 1, "b": 2}).batch(3).prefetch(workers)
+
+    expected = [batch.tolist() for batch in pipeline(0)]
+    model = {"w": np.arange(4.0)}
+    with iter(pipeline(2)) as first, ocp.CheckpointManager(tmp_path) as manager:
+        head = take(first, 5)
+        manager.save(
+            5, args=ocp.args.Composite(model=ocp.args.StandardSave(model), loader=CheckpointSave(first))
+        )
+        manager.wait_until_finished()
+    with iter(pipeline(1)) as second, ocp.CheckpointManager(tmp_path) as manager:
+        restored = manager.restore(
+            5,
+            args=ocp.args.Composite(model=ocp.args.StandardRestore(model), loader=CheckpointRestore(second)),
+        )
+        rest = [batch.tolist() for batch in second]
+    np.testing.assert_array_equal(restored["model"]["w"], model["w"])
+    assert [batch.tolist() for batch in head] + rest == expected
+
+
+def test_a_step_that_grains_own_handler_saved_restores_here(tmp_path: Path) -> None:
+    """A job moves from Grain to aioloader at a checkpoint: the same file names, the same text."""
+    gp = grain_python()
+    theirs = iter(loader(gp, "batched", 0))
+    head = take(theirs, 6)
+    with ocp.Checkpointer(gp.PyGrainCheckpointHandler()) as checkpointer:
+        checkpointer.save(tmp_path / "loader", args=gp.PyGrainCheckpointSave(theirs))
+    with iter(loader(al, "batched", 2)) as ours, ocp.Checkpointer(CheckpointHandler()) as checkpointer:
+        checkpointer.restore(tmp_path / "loader", args=CheckpointRestore(ours))
+        assert_same_outputs(head + list(ours), list(loader(al, "batched", 0)))

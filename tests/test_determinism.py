@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from aioloader import ReadOptions
+from aioloader import DataLoader, RangeDataSource, ReadOptions
 from tests.conftest import repeated
 from tests.support.outputs import collect_async
-from tests.support.reference import CASE_IDS, CASES, Case, assert_same_outputs, expected
+from tests.support.reference import CASE_IDS, CASES, Case, LateEarly, assert_same_outputs, expected
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -36,10 +36,30 @@ def test_output_does_not_depend_on_read_options(case: Case, options: ReadOptions
 @repeated
 @pytest.mark.parametrize(
     "case",
-    [c for c in CASES if c.name in ("fused-batch", "flatmap-batch", "ops-after-batch")],
+    [c for c in CASES if c.name in ("fused-batch", "flatmap-batch", "ops-after-batch", "out-of-order-tail")],
     ids=lambda c: c.name,
 )
 def test_many_workers_many_times(case: Case, repeat: int) -> None:
     assert_same_outputs(
         list(case.loader(8, read_options=ReadOptions(prefetch_buffer_size=40))), expected(case)
     )
+
+
+@repeated
+@pytest.mark.parametrize("name", ["out-of-order", "out-of-order-tail"])
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_out_of_order_cases_do_finish_later_chunks_first(name: str, workers: int, repeat: int) -> None:
+    """What makes them worth running: a reassembly that delivered chunks as they
+    finish, rather than in order, would give other outputs here."""
+    case = next(case for case in CASES if case.name == name)
+    operations = case.make_operations()
+    loader = DataLoader(
+        data_source=RangeDataSource(0, case.num_records),
+        sampler=case.sampler(),
+        operations=operations,
+        worker_count=workers,
+    )
+    assert_same_outputs(list(loader), expected(case))
+    gate = operations[0]
+    assert isinstance(gate, LateEarly)
+    assert gate.overtaken >= 1, "no record waited for a later chunk to finish"

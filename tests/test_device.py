@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -105,16 +106,25 @@ class CountingDevicePut(DevicePut):
         return super().transfer(batch, position)
 
 
+def ahead_once_the_stage_catches_up(taken: int, wanted: int) -> int:
+    """How far the transfers got ahead of `taken` outputs, waiting (up to 10 s) for `wanted`."""
+    deadline = time.monotonic() + 10
+    while CountingDevicePut.transfers - taken < wanted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return CountingDevicePut.transfers - taken
+
+
 @repeated
 @pytest.mark.parametrize("buffer_size", [1, 3])
-def test_transfers_stay_at_most_buffer_size_ahead(buffer_size: int, repeat: int) -> None:
+def test_transfers_run_buffer_size_ahead_and_no_further(buffer_size: int, repeat: int) -> None:
     CountingDevicePut.transfers = 0
     loader = host_and_device(2, CountingDevicePut(buffer_size=buffer_size), batch=2, n=200)
     worst = 0
     with iter(loader) as iterator:
         for taken, _ in enumerate(iterator, start=1):
-            if taken % 10 == 0:
-                threading.Event().wait(0.01)  # a slow step now and then: the stage runs ahead
+            if taken % 10 == 0 and taken <= 80:  # a slow step now and then, with 20+ batches to come
+                # The stage runs ahead while the consumer is busy: the buffer fills.
+                assert ahead_once_the_stage_catches_up(taken, buffer_size) >= buffer_size
             worst = max(worst, CountingDevicePut.transfers - taken)
     # Waiting in the buffer, plus the one the device thread holds while the buffer is full.
     assert worst <= buffer_size + 1

@@ -8,9 +8,19 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, FlatMapTransform, IndexSampler, RangeDataSource
-from tests.conftest import repeated
+from aioloader import (
+    Batch,
+    DataLoader,
+    FilterTransform,
+    FlatMapTransform,
+    IndexSampler,
+    MapTransform,
+    RandomMapTransform,
+    RangeDataSource,
+)
+from tests.conftest import repeated, wait_for_no_threads
 from tests.support.outputs import drain, notes
+from tests.support.reference import LateEarly
 from tests.support.transforms import BrokenSource, FailOn
 
 
@@ -135,3 +145,142 @@ async def test_async_errors_arrive_in_order(workers: int) -> None:
         raise AssertionError("no error")
     assert got == list(range(11))
     assert "index=11" in notes(caught)
+
+
+# Later chunks finishing first (LateEarly: record 21 waits for record 26) must
+# not change which error comes first, nor what comes before it.
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 1, 2, 8])
+def test_an_earlier_error_wins_when_a_later_chunk_finishes_first(workers: int, repeat: int) -> None:
+    got, error = drain(loader_with([LateEarly(), FailOn({21, 26})], workers))
+    assert got == list(range(21))
+    assert "bad element 21" in str(error)
+    assert "index=21, record_key=21" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_batches_before_an_error_arrive_when_a_later_chunk_fails_first(workers: int) -> None:
+    got, error = drain(loader_with([LateEarly(), FailOn({22, 27}), Batch(4)], workers))
+    assert [b.tolist() for b in got] == [list(range(b, b + 4)) for b in range(0, 20, 4)]
+    assert "bad element 22" in str(error)
+
+
+# A StopIteration (or StopAsyncIteration) from user code is an error like any
+# other, not the end of the data (PEP 479 does the same for generators).
+
+
+class StrayNext(MapTransform):
+    def map(self, element: Any) -> Any:
+        if element == 6:
+            next(iter(()))  # a stray next() on an exhausted iterator
+        return element
+
+
+class StrayNextRandom(RandomMapTransform):
+    def random_map(self, element: Any, rng: Any) -> Any:
+        if element == 6:
+            raise StopIteration
+        return element
+
+
+class StrayNextFilter(FilterTransform):
+    def filter(self, element: Any) -> bool:
+        if element == 6:
+            raise StopIteration
+        return True
+
+
+class StrayNextFlatMap(FlatMapTransform):
+    def flat_map(self, element: Any) -> Any:
+        if element == 6:
+            raise StopIteration  # raised by the function itself, not inside a generator
+        return [element]
+
+
+class StopsReading(BrokenSource):
+    def __getitem__(self, key: int) -> int:
+        if key == 6:
+            raise StopIteration
+        return key
+
+
+async def stops_async(element: Any) -> Any:
+    if element == 6:
+        raise StopAsyncIteration
+    return element
+
+
+def stops_batching(elements: list[Any]) -> Any:
+    if 6 in elements:
+        raise StopIteration
+    return list(elements)
+
+
+STRAY_STOPS = {
+    "map": ([StrayNext()], None, 6),
+    "random-map": ([StrayNextRandom()], None, 6),
+    "filter": ([StrayNextFilter()], None, 6),
+    "flat-map": ([StrayNextFlatMap()], None, 6),
+    "read": ([], StopsReading(40, set()), 6),
+    "async-map": ([stops_async], None, 6),
+    "batch-fn": ([Batch(4, batch_fn=stops_batching)], None, 1),
+    "map-after-batch": ([Batch(3), lambda b: StrayNext().map(int(b[0]))], None, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(STRAY_STOPS))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stray_stop_iteration_is_an_error_in_its_place(case: str, workers: int) -> None:
+    operations, source, delivered = STRAY_STOPS[case]
+    got, error = drain(loader_with(operations, workers, source=source))
+    assert len(got) == delivered
+    assert type(error) is RuntimeError
+    assert "raised Stop" in str(error)
+    assert isinstance(error.__cause__, (StopIteration, StopAsyncIteration))
+    assert "index=" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.asyncio
+async def test_a_stray_stop_async_iteration_does_not_end_async_for(workers: int) -> None:
+    got: list[Any] = []
+
+    async def take_all() -> None:
+        async for item in loader_with([stops_async], workers):
+            got.append(item)
+
+    with pytest.raises(RuntimeError, match="raised StopAsyncIteration") as caught:
+        await take_all()
+    assert got == list(range(6))
+    assert "index=6, record_key=6" in notes(caught.value)
+
+
+# KeyboardInterrupt and SystemExit from user code are not the data's errors:
+# they stop the loader at once and reach the consumer as they are.
+
+
+class Interrupts(MapTransform):
+    def __init__(self, kind: type[BaseException]) -> None:
+        self.kind = kind
+
+    def map(self, element: Any) -> Any:
+        if element == 9:
+            raise self.kind("stop now")
+        return element
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_keyboard_interrupt_and_system_exit_from_a_transform_stop_the_loader(
+    kind: type[BaseException], workers: int
+) -> None:
+    got: list[Any] = []
+    iterator = iter(loader_with([Interrupts(kind)], workers))
+    with pytest.raises(kind, match="stop now"):
+        got.extend(iterator)
+    assert got == list(range(len(got)))
+    assert len(got) <= 9
+    assert wait_for_no_threads() == []
+    assert list(iterator) == []  # closed

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-QUICKSTARTS = ["quickstart.py", "quickstart_async.py"]
+QUICKSTARTS = ["quickstart.py", "quickstart_async.py", "quickstart_dataset.py"]
 
 
 @pytest.mark.parametrize("name", QUICKSTARTS)

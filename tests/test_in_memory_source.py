@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -66,6 +67,17 @@ def test_unlink_removes_the_name_and_open_sources_keep_reading() -> None:
     again = al.InMemoryDataSource([4], name="aioloader_unlink_test")  # the name is free again
     assert again[0] == 4
     again.unlink()
+
+
+@pytest.mark.parametrize("module", ["grain", "aioloader"])
+def test_close_then_unlink_as_grains_users_write_it(module: str) -> None:
+    pg: Any = grain_python() if module == "grain" else al
+    source = pg.InMemoryDataSource([1, 2], name=f"aioloader_close_unlink_{os.getpid()}")
+    assert source[1] == 2
+    source.close()
+    source.unlink()  # the last source of the name is closed: the name goes all the same
+    with pytest.raises(FileNotFoundError):
+        source.unlink()
 
 
 def test_a_name_in_use_and_no_name_nor_elements_are_grains_errors() -> None:

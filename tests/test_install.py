@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_highwayhash import has_compiler
+
 REPO = Path(__file__).resolve().parent.parent
 
 TINY_LOADER = """
@@ -33,6 +35,17 @@ loader = al.DataLoader(
     worker_count=2,
 )
 print(json.dumps({"file": al.__file__, "batches": [b.tolist() for b in loader]}))
+"""
+
+# The hashes of the Riegeli signature that starts every ArrayRecord file: its block
+# header's, its chunk header's and its (empty) data's.
+HASH_SIGNATURE = """
+import struct
+from aioloader._sources.arrayrecord import highwayhash
+from aioloader._sources.arrayrecord.riegeli import FILE_SIGNATURE as s
+hashed = [s[8:24], s[32:64], b""]
+stored = [struct.unpack_from("<Q", s, at)[0] for at in (0, 24, 40)]
+print(highwayhash.implementation(), highwayhash.hash64_many(hashed) == stored)
 """
 
 
@@ -67,6 +80,9 @@ def test_every_extra_the_readme_names_is_in_the_wheel(wheel: Path) -> None:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = email.parser.Parser().parsestr(archive.read(name).decode())
         assert "aioloader/py.typed" in archive.namelist()
+        # Compiled on first use (see `native`): the C source ships, no binary does.
+        assert "aioloader/_sources/arrayrecord/highwayhash.c" in archive.namelist()
+        assert not [n for n in archive.namelist() if n.endswith((".so", ".dll", ".dylib"))]
     extras = set(metadata.get_all("Provides-Extra") or [])
     named = {
         e.strip()
@@ -91,3 +107,8 @@ def test_the_wheel_runs_a_loader_in_a_fresh_venv(wheel: Path, tmp_path: Path) ->
     assert [len(b) for b in batches] == [10] * 10
     assert sorted(x for b in batches for x in b) == list(range(100))
     assert batches[0] != list(range(10))  # shuffled
+    # The wheel's C source builds into the cache folder, and its hashes verify a real file's.
+    hashed = run(python, "-c", HASH_SIGNATURE, cwd=tmp_path, env={**env, "AIOLOADER_CACHE": str(tmp_path)})
+    compiled = has_compiler()
+    assert hashed.split() == ["C" if compiled else "NumPy", "True"]
+    assert len(list((tmp_path / "native").glob("highwayhash-*.so"))) == int(compiled)

@@ -10,20 +10,29 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
-import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, InMemoryDataSource, RangeDataSource, ReadOptions
+from aioloader import (
+    Batch,
+    DataLoader,
+    IndexSampler,
+    InMemoryDataSource,
+    RandomMapTransform,
+    RangeDataSource,
+    ReadOptions,
+)
+from aioloader._executors.interpreter import executor
 from aioloader._executors.interpreter.prelude import Unavailable
 from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
-from tests.conftest import aioloader_threads
+from tests.conftest import aioloader_threads, wait_for_no_threads
 from tests.support import tracked
 from tests.support import transforms as ops
 from tests.support.outputs import collect_async, drain, notes, states_at_every_output
@@ -48,10 +57,16 @@ def live_interpreters() -> int:
 
 @pytest.fixture(autouse=True)
 def no_leftover_interpreters() -> Any:
-    """Every test must destroy every subinterpreter it made, once its iterators are closed."""
+    """Every test must destroy every subinterpreter it made, once its iterators are closed.
+
+    Counted once aioloader's threads have ended (2 s at most, as the threads'
+    own check allows): a worker destroys its subinterpreter as it ends, and
+    an async iterator's `set_state` or finalizer joins its workers on a
+    closer thread, after the test's last line perhaps."""
     before = live_interpreters() if MISSING is None else 0
     yield
     gc.collect()
+    wait_for_no_threads(2.0)
     if MISSING is None:
         assert live_interpreters() == before
 
@@ -214,7 +229,8 @@ def test_resume_at_every_output(case: Case) -> None:
     wanted = expected(case)
     for k, state in enumerate(states_at_every_output(case.loader(2, executor="interpreter"), len(wanted))):
         resumed = iter(case.loader(0))
-        resumed.set_state(json.loads(json.dumps(state)))
+        assert isinstance(state, bytes), state
+        resumed.set_state(state)
         assert_same_outputs(list(resumed), wanted[k:])
 
 
@@ -242,6 +258,15 @@ def test_every_output_before_the_error_is_delivered(workers: int) -> None:
     assert type(error) is ValueError
     assert str(error) == "bad element 13"
     assert "operations[0] (FailOn.map) failed on the record with index=13, record_key=13" in notes(error)
+
+
+@needs_subinterpreters
+def test_a_stray_stop_iteration_in_the_subinterpreter_is_an_error_in_its_place() -> None:
+    got, error = drain(loader([ops.FailOn({3}, error=StopIteration)], source=RangeDataSource(0, 40)))
+    assert len(got) == [IndexSampler(40, seed=5, num_epochs=1)[i].record_key for i in range(40)].index(3)
+    assert type(error) is RuntimeError
+    assert "operations[0] (FailOn.map) raised StopIteration" in str(error)
+    assert "record_key=3" in notes(error)
 
 
 @needs_subinterpreters
@@ -308,6 +333,70 @@ def busy_loader() -> DataLoader:
         worker_count=2,
         executor="interpreter",
     )
+
+
+class HeldInMain(RandomMapTransform):
+    """Records after the first wait until `released` (10 s at most); a random map, so it runs
+    in the main interpreter, on the worker's thread. One object serves every worker."""
+
+    def __init__(self) -> None:
+        self.released, self.entered = threading.Event(), threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> HeldInMain:
+        return self
+
+    def random_map(self, element: Any, rng: Any) -> Any:
+        if element != IndexSampler(40, seed=5, num_epochs=1)[0].record_key:
+            self.entered.set()
+            self.released.wait(10)
+        return element
+
+
+@needs_subinterpreters
+def test_an_async_set_state_leaves_the_loop_free_and_destroys_the_old_subinterpreters() -> None:
+    """The engine that `set_state` stops is joined on a closer thread: its workers end, and
+    destroy their subinterpreters, after `set_state` returned (here once their record is
+    released); this module's fixture counts the interpreters once they have."""
+    held = HeldInMain()
+
+    async def run() -> None:
+        iterator = aiter(loader([held]))
+        await anext(iterator)
+        assert held.entered.wait(30)
+        iterator.set_state(iterator.get_state())
+        assert any(t.name.startswith("aioloader-worker") for t in aioloader_threads())  # still held
+
+    try:
+        asyncio.run(run())
+    finally:
+        held.released.set()
+
+
+@needs_subinterpreters
+def test_close_while_the_subinterpreters_start_waits_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subinterpreter's start cannot be interrupted, and takes a second or more on a busy
+    machine (2.5 s here): close() waits for it, past its 2 s for the reads and the calls,
+    so that neither the worker thread nor its subinterpreter outlives close()."""
+    before = live_interpreters()
+    starting = threading.Event()
+
+    class SlowToStart(executor.Subinterpreter):
+        def __init__(self) -> None:
+            starting.set()
+            super().__init__()
+            time.sleep(2.5)  # a busy machine
+
+    monkeypatch.setattr(executor, "Subinterpreter", SlowToStart)
+    iterator = iter(loader([ops.Identity()]))
+    outcome: list[Any] = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(iterator, "ended")), name="consumer")
+    consumer.start()
+    assert starting.wait(30)
+    iterator.close()  # from this thread, while the workers start their subinterpreters
+    assert aioloader_threads() == []
+    assert live_interpreters() == before
+    consumer.join(30)
+    assert outcome == ["ended"]
 
 
 @needs_subinterpreters
@@ -383,5 +472,5 @@ def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> No
         tracked.Ledger.change(held=-1)
     iterator.close()
     gc.collect()
-    assert tracked.Ledger.peak <= window
+    assert tracked.Ledger.peak <= tracked.bound(window, workers=2)
     assert tracked.Ledger.alive == 0

@@ -21,8 +21,8 @@ LAYERS = [
     "_executors",
     "_device",
     "_iteration",
-    "_dataset",
     "_loader",
+    "_dataset",
     "",  # the public modules: __init__ and checkpoint
 ]
 

@@ -18,7 +18,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, FilterTransform, FlatMapTransform, IndexSampler, ReadOptions
 from tests.conftest import repeated
-from tests.support.tracked import Ledger, Tracked, TrackedSource
+from tests.support.tracked import Ledger, Tracked, TrackedSource, bound
 
 
 class KeepTwoThirds(FilterTransform):
@@ -65,12 +65,13 @@ def assert_all_freed() -> None:
     assert Ledger.alive == 0, f"{Ledger.alive} records still alive after close()"
 
 
-def loader(operations: list[Any], workers: int, window: int) -> DataLoader:
+def loader(operations: list[Any], workers: int, window: int, worker_buffer_size: int = 1) -> DataLoader:
     return DataLoader(
         data_source=TrackedSource(),
         sampler=IndexSampler(1_000_000, shuffle=True, seed=0, num_epochs=1),
         operations=operations,
         worker_count=workers,
+        worker_buffer_size=worker_buffer_size,
         read_options=ReadOptions(prefetch_buffer_size=window),
     )
 
@@ -79,17 +80,33 @@ def loader(operations: list[Any], workers: int, window: int) -> DataLoader:
 @pytest.mark.parametrize("workers", [0, 1, 2, 4])
 @pytest.mark.parametrize("window", [8, 100])
 def test_records_in_flight_are_bounded_by_the_prefetch_buffer(workers: int, window: int, repeat: int) -> None:
-    assert peak_while_consuming_slowly(loader([], workers, window)) <= window
+    assert peak_while_consuming_slowly(loader([], workers, window)) <= bound(window, workers)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_are_bounded_too(workers: int) -> None:
-    assert peak_while_consuming_slowly(loader([Batch(10, batch_fn=list)], workers, 50), 100) <= 50
+    peak = peak_while_consuming_slowly(loader([Batch(10, batch_fn=list)], workers, 50), 100)
+    assert peak <= bound(50, workers, per_output=10)
+
+
+@pytest.mark.parametrize("worker_buffer_size", [0, 3])
+def test_worker_buffer_size_adds_finished_outputs_per_worker_to_the_bound(worker_buffer_size: int) -> None:
+    operations = [Batch(4, batch_fn=list)]
+    peak = peak_while_consuming_slowly(loader(operations, 2, 8, worker_buffer_size), 100)
+    assert peak <= bound(8, 2, 4, worker_buffer_size)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_no_prefetch_buffer_and_no_worker_buffer_holds_one_chunk_at_a_time(workers: int) -> None:
+    # Grain's prefetch_buffer_size=0 (no read-ahead) with nothing buffered per worker.
+    operations = [Batch(4, batch_fn=list)]
+    assert peak_while_consuming_slowly(loader(operations, workers, 0, worker_buffer_size=0), 50) <= 4
 
 
 def test_a_batch_larger_than_the_buffer_still_flows_one_at_a_time() -> None:
     # Granted because nothing else is in flight: one batch at a time.
-    assert peak_while_consuming_slowly(loader([Batch(64, batch_fn=list)], 2, 10), 30) <= 64
+    peak = peak_while_consuming_slowly(loader([Batch(64, batch_fn=list)], 2, 10, worker_buffer_size=0), 30)
+    assert peak <= 64
 
 
 @repeated
@@ -97,9 +114,10 @@ def test_a_batch_larger_than_the_buffer_still_flows_one_at_a_time() -> None:
 def test_the_tail_plan_is_bounded_by_records_plus_batches(workers: int, repeat: int) -> None:
     window, size, fan_out = 60, 5, 3
     operations = [KeepTwoThirds(), UpToThree(), Batch(size, batch_fn=list)]
-    bound = (
-        window * fan_out  # stage 1: the records read, or the elements they became
+    records = bound(window, workers, per_output=size)  # the first stage's window
+    expected_bound = (
+        records * fan_out  # stage 1: the records read, or the elements they became
         + (size - 1)  # the ordered tail: less than one batch
-        + (window // size) * size  # stage 2: the batches' own window
+        + (records // size) * size  # stage 2: the batches' own window
     )
-    assert peak_while_consuming_slowly(loader(operations, workers, window), 300) <= bound
+    assert peak_while_consuming_slowly(loader(operations, workers, window), 300) <= expected_bound

@@ -77,8 +77,10 @@ def test_a_scrape_while_the_loader_runs_shows_the_values_move(served: tuple[Any,
         late, "aioloader_stage_items_total", stage="read"
     )
     assert 90 <= consumed <= 100  # outputs delivered in full (the current ones count once done)
-    assert value(late, "aioloader_buffer_capacity", buffer="records window") == 64
-    assert value(late, "aioloader_buffer_peak", buffer="records window") <= 64
+    # The window: prefetch_buffer_size + worker_count * worker_buffer_size * batch size.
+    window = 64 + 2 * 1 * 10
+    assert value(late, "aioloader_buffer_capacity", buffer="records window") == window
+    assert value(late, "aioloader_buffer_peak", buffer="records window") <= window
     assert value(late, "aioloader_threads_in_use", kind="workers") == 2
     assert value(late, "aioloader_thread_busy_seconds_total", threads="workers") > 0
     assert 0 <= value(late, "aioloader_consumer_wait_share") <= 1

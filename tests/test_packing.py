@@ -7,6 +7,7 @@ Where Grain 0.2.18 is installed (3.11), the rows equal its packers' rows, in ord
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -393,3 +394,17 @@ def test_split_packing_equals_grains(case: str) -> None:
         lambda ds: experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths, **options), source
     )
     assert_rows_equal([row for row, _ in ConcatThenSplitPacker(lengths, **options).pack(source)], theirs)
+
+
+def test_the_packing_benchmark_runs_and_agrees_with_grain(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks.packing_bench`, small: a row per packer and loader (Grain's where it
+    installs, after checking its rows equal ours), padding between 0 and 1."""
+    from benchmarks import packing_bench
+
+    packing_bench.main(["--records", "150", "--length", "64", "--bins", "4", "--repeats", "1"])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if "| " in line]
+    loaders = {"aioloader", "grain"} if importlib.util.find_spec("grain") else {"aioloader"}
+    assert {(r[0].strip(), r[1].strip()) for r in rows[2:]} == {
+        (p, name) for p in packing_bench.PACKERS for name in loaders
+    }
+    assert all(0.0 <= float(r[3].strip(" %")) < 100.0 for r in rows[2:])

@@ -8,15 +8,38 @@ import time
 import pytest
 
 from aioloader import DataLoader, IndexSampler, ReadOptions
+from aioloader._program import read_pool
 from tests.conftest import aioloader_threads, repeated
 from tests.support.outputs import drain, notes
 
 
-class SlowSource:
-    """Each read waits 1 ms (a network disk); counts the reads in flight."""
+class VirtualClock:
+    """Each thread's own time, moved on by the reads it makes: what the pool measures
+    is what the source says a read took, whatever the machine's load."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __call__(self) -> float:
+        return getattr(self._local, "now", 0.0)
+
+    def advance(self, seconds: float) -> None:
+        self._local.now = self() + seconds
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    virtual = VirtualClock()
+    monkeypatch.setattr(read_pool, "CLOCK", virtual)
+    return virtual
+
+
+class SlowSource:
+    """Each read takes 1 ms (a network disk): it waits that long, and says so to the clock;
+    counts the reads in flight."""
+
+    def __init__(self, size: int, clock: VirtualClock) -> None:
+        self.size, self.clock = size, clock
         self.lock = threading.Lock()
         self.in_flight = self.most_in_flight = 0
 
@@ -27,7 +50,8 @@ class SlowSource:
         with self.lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        time.sleep(0.001)
+        time.sleep(0.001)  # really waits, so that reads overlap when several are in flight
+        self.clock.advance(0.001)
         with self.lock:
             self.in_flight -= 1
         return key * 2
@@ -53,15 +77,17 @@ def assert_no_read_threads(source: SlowSource) -> None:
 
 @repeated
 @pytest.mark.parametrize(("workers", "threads"), [(1, 8), (2, 6)])
-def test_slow_reads_go_to_num_threads_threads_in_order(workers: int, threads: int, repeat: int) -> None:
-    source = SlowSource(400)
+def test_slow_reads_go_to_num_threads_threads_in_order(
+    workers: int, threads: int, repeat: int, clock: VirtualClock
+) -> None:
+    source = SlowSource(400, clock)
     keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
     assert list(loader(source, workers, threads)) == [key * 2 for key in keys]
     assert workers < source.most_in_flight <= threads
 
 
-def test_read_threads_are_joined_on_close() -> None:
-    source = SlowSource(10_000)
+def test_read_threads_are_joined_on_close(clock: VirtualClock) -> None:
+    source = SlowSource(10_000, clock)
     with iter(loader(source, 2, 8)) as iterator:
         for _ in range(200):
             next(iterator)
@@ -69,38 +95,38 @@ def test_read_threads_are_joined_on_close() -> None:
     assert aioloader_threads() == []
 
 
-def test_fast_reads_stay_on_the_workers() -> None:
+def test_fast_reads_stay_on_the_workers(clock: VirtualClock) -> None:
     class Fast(SlowSource):
         def __getitem__(self, key: int) -> int:
+            self.clock.advance(1e-6)
             return key * 2
 
-    assert_no_read_threads(Fast(5000))
+    assert_no_read_threads(Fast(5000, clock))
 
 
-def test_now_and_then_a_slow_read_stays_on_the_workers() -> None:
+def test_now_and_then_a_slow_read_stays_on_the_workers(clock: VirtualClock) -> None:
     """A worker that waits for the GIL or a core now and then has a few slow reads
     among fast ones: that is no reason to move cheap reads to the pool."""
 
     class Hiccups(SlowSource):
-        def __init__(self, size: int) -> None:
-            super().__init__(size)
+        def __init__(self, size: int, clock: VirtualClock) -> None:
+            super().__init__(size, clock)
             self.reads = 0
 
         def __getitem__(self, key: int) -> int:
             with self.lock:
                 self.reads += 1
                 hiccup = self.reads % 3 == 1  # the very first read too
-            if hiccup:
-                time.sleep(0.002)
+            self.clock.advance(0.002 if hiccup else 1e-6)
             return key * 2
 
-    assert_no_read_threads(Hiccups(3000))
+    assert_no_read_threads(Hiccups(3000, clock))
 
 
 @pytest.mark.parametrize(
     "bad", [0, 2, 5, 300]
 )  # among the first reads of a chunk, timed one by one, or after
-def test_a_failing_slow_read_is_reported_at_its_place(bad: int) -> None:
+def test_a_failing_slow_read_is_reported_at_its_place(bad: int, clock: VirtualClock) -> None:
     class Failing(SlowSource):
         def __getitem__(self, key: int) -> int:
             if key == keys[bad]:
@@ -108,7 +134,7 @@ def test_a_failing_slow_read_is_reported_at_its_place(bad: int) -> None:
             return super().__getitem__(key)
 
     keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
-    got, error = drain(loader(Failing(400), 2, 8))
+    got, error = drain(loader(Failing(400, clock), 2, 8))
     assert got == [key * 2 for key in keys[:bad]]
     assert isinstance(error, OSError)
     assert f"cannot read {keys[bad]}" in str(error)
@@ -126,3 +152,38 @@ def test_many_workers_timing_their_reads_at_once(repeat: int) -> None:
         read_options=ReadOptions(num_threads=4, prefetch_buffer_size=18),  # chunks of 2 records
     )
     assert list(loader) == source
+
+
+def test_a_worker_still_timing_its_reads_waits_while_the_pool_is_full() -> None:
+    """One worker has engaged the pool, whose `num_threads` reads are all in flight; another
+    still times its first reads one by one, on its own thread. Its read waits for a slot:
+    never `num_threads + 1` reads at once (the 7 of 6 once seen with two workers)."""
+    pool = read_pool.ReadPool(3)
+    pool.engaged = True
+    lock, opened, started = threading.Lock(), threading.Event(), threading.Semaphore(0)
+    counts = {"in_flight": 0, "most": 0}
+
+    def read(key: int) -> int:
+        with lock:
+            counts["in_flight"] += 1
+            counts["most"] = max(counts["most"], counts["in_flight"])
+        started.release()
+        assert opened.wait(30)
+        with lock:
+            counts["in_flight"] -= 1
+        return key
+
+    try:
+        results = pool.map(read, range(3))
+        for _ in range(3):
+            assert started.acquire(timeout=30), "the pool's reads never started"
+        prober = threading.Thread(target=lambda: list(pool.probing_map(read, [10])), name="prober")
+        prober.start()
+        started.acquire(timeout=0.5)  # a moment for the probe to start, if it may (a wait, not a check)
+        assert counts["most"] == 3
+    finally:
+        opened.set()
+    assert list(results) == [0, 1, 2]
+    prober.join(30)
+    pool.close()
+    assert counts == {"in_flight": 0, "most": 3}

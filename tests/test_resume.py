@@ -7,10 +7,19 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, RangeDataSource, SequentialSampler
+from aioloader import Batch, DataLoader, DataLoaderIterator, IndexSampler, RangeDataSource, SequentialSampler
 from tests.conftest import repeated
-from tests.support.outputs import states_at_every_output
-from tests.support.reference import CASE_IDS, CASES, AddOne, Case, assert_same_outputs, expected
+from tests.support.outputs import notes, states_at_every_output
+from tests.support.reference import (
+    CASE_IDS,
+    CASES,
+    AddOne,
+    Case,
+    Halves,
+    Spread,
+    assert_same_outputs,
+    expected,
+)
 
 WORKER_PAIRS = [(0, 0), (0, 3), (2, 0), (1, 2), (3, 8)]
 
@@ -31,7 +40,8 @@ def test_resume_in_a_fresh_loader_at_many_points(case: Case, before: int, after:
     for cut in cut_points(len(wanted)):
         with iter(case.loader(before)) as first:
             head = take(first, cut)
-            state = json.loads(json.dumps(first.get_state()))
+            state = first.get_state()
+            assert isinstance(state, bytes)
         with iter(case.loader(after)) as second:
             second.set_state(state)
             tail = list(second)
@@ -49,17 +59,20 @@ def test_resume_at_every_output(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 @pytest.mark.asyncio
-async def test_async_resume(case: Case) -> None:
+async def test_async_resume_at_every_output(case: Case) -> None:
+    """Every cut point, so that both skips (elements of a record, outputs of a batch) are resumed."""
     wanted = expected(case)
-    cut = len(wanted) // 2
     first = aiter(case.loader(3))
-    head = [await anext(first) for _ in range(cut)]
-    state = first.get_state()
-    await first.aclose()
-    second = aiter(case.loader(1))
-    second.set_state(state)
-    async with second:
-        assert_same_outputs(head + [x async for x in second], wanted)
+    states = [first.get_state()]
+    async with first:
+        async for _ in first:
+            states.append(first.get_state())
+    assert len(states) == len(wanted) + 1
+    for k, state in enumerate(states):
+        second = aiter(case.loader((0, 1, 2)[k % 3]))
+        second.set_state(state)
+        async with second:
+            assert_same_outputs([x async for x in second], wanted[k:])
 
 
 @repeated
@@ -116,18 +129,34 @@ async def test_set_state_opens_a_closed_async_iterator_again() -> None:
         assert_same_outputs(head + [x async for x in iterator], wanted)
 
 
-def test_state_is_small_json_whatever_the_dataset_size() -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.asyncio
+async def test_set_state_on_an_async_iterator_that_ended_resumes_exactly(workers: int) -> None:
+    """At its end, or after an error: never an empty stream."""
+    case = CASES[1]
+    wanted = expected(case)
+    iterator = aiter(case.loader(workers))
+    state = iterator.get_state()
+    assert_same_outputs([x async for x in iterator], wanted)
+    iterator.set_state(state)
+    async with iterator:
+        assert_same_outputs([x async for x in iterator], wanted)
+
+
+@pytest.mark.parametrize("size", [10**3, 10**9])
+def test_state_is_small_json_whatever_the_dataset_size(size: int) -> None:
     loader = DataLoader(
-        data_source=RangeDataSource(0, 10**9),
-        sampler=IndexSampler(10**9, shuffle=True, num_epochs=None, seed=1),
+        data_source=RangeDataSource(0, size),
+        sampler=IndexSampler(size, shuffle=True, num_epochs=None, seed=1),
         operations=[AddOne(), Batch(4)],
         worker_count=2,
     )
     with iter(loader) as iterator:
         take(iterator, 5)
-        encoded = json.dumps(iterator.get_state())
-    assert len(encoded) < 600, encoded
-    assert json.loads(encoded)["position"] == {"index": 20, "skip_elements": 0, "skip_outputs": 0}
+        encoded = iterator.get_state()
+    assert len(encoded) < 700, encoded
+    position = json.loads(encoded)["aioloader"]["position"]
+    assert position == {"index": 20, "skip_elements": 0, "skip_outputs": 0}
 
 
 @pytest.mark.parametrize(
@@ -163,24 +192,98 @@ def test_state_from_another_pipeline_is_rejected(other: Any, part: str) -> None:
         iter(other()).set_state(state)
 
 
+def _at(index: int, skip_elements: int = 0, skip_outputs: int = 0) -> Any:
+    position = {"index": index, "skip_elements": skip_elements, "skip_outputs": skip_outputs}
+    return lambda s: {**s, "position": position}
+
+
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("operations", "mutate", "message"),
     [
-        (lambda s: {**s, "version": 99}, "version"),
-        (lambda s: "not a state", "get_state"),
-        (lambda s: {**s, "position": {"index": -1, "skip_elements": 0, "skip_outputs": 0}}, "index"),
+        ([], lambda s: {**s, "version": 99}, "version"),
+        ([], lambda s: "not a state", "get_state"),
+        ([], _at(-1), r"\['index'\]` must be an int >= 0, got -1"),
+        ([], _at(21), r"\['index'\]` must be between 0 and the sampler's length 20, got 21"),
+        ([], _at(3, skip_elements=-2), r"\['skip_elements'\]` must be an int >= 0, got -2"),
+        ([], _at(3, skip_elements=1), r"\['skip_elements'\]` must be 0 in a pipeline without a flat-map"),
         (
-            lambda s: {**s, "position": {"index": 999, "skip_elements": 0, "skip_outputs": 0}},
-            "past the sampler",
+            [Batch(4)],
+            _at(4, skip_outputs=1),
+            r"\['skip_outputs'\]` must be 0 in a pipeline without a Batch followed",
         ),
+        (
+            [Spread(), Batch(4)],
+            _at(4, skip_outputs=1),
+            r"\['skip_outputs'\]` must be 0 in a pipeline without",
+        ),
+        (
+            [Spread()],
+            _at(20, skip_elements=1),
+            r"\['skip_elements'\]` must be 0 at the end of the sampler, got 1",
+        ),
+        ([Batch(2), Halves()], _at(20, skip_outputs=1), r"\['skip_outputs'\]` must be 0 at the end"),
     ],
-    ids=["version", "string", "negative-index", "past-the-end"],
+    ids=[
+        "version",
+        "string",
+        "negative-index",
+        "past-the-end",
+        "negative-skip",
+        "skip-elements-without-flat-map",
+        "skip-outputs-without-flat-map",
+        "skip-outputs-flat-map-before-batch",
+        "skip-elements-at-the-end",
+        "skip-outputs-at-the-end",
+    ],
 )
-def test_malformed_states_are_rejected(mutate: Any, message: str) -> None:
-    loader = DataLoader(data_source=RangeDataSource(0, 20), sampler=SequentialSampler(20))
-    state = iter(loader).get_state()
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+@pytest.mark.parametrize("form", ["bytes", "dict"])
+def test_states_that_cannot_exist_are_rejected(
+    operations: list[Any], mutate: Any, message: str, sync: bool, form: str
+) -> None:
+    # "bytes": aioloader's part spoiled inside the JSON document get_state() returns;
+    # "dict": the part alone, as get_state() returned it before states were bytes.
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 20), sampler=SequentialSampler(20), operations=operations
+    )
+    document = json.loads(iter(loader).get_state())
+    spoiled = mutate(document["aioloader"])
+    state = json.dumps({**document, "aioloader": spoiled}).encode() if form == "bytes" else spoiled
+    iterator = iter(loader) if sync else aiter(loader)
     with pytest.raises(ValueError, match=message):
-        iter(loader).set_state(mutate(state))
+        iterator.set_state(state)
+    if isinstance(iterator, DataLoaderIterator):  # a refused state leaves the iterator where it was
+        with iterator:
+            assert_same_outputs(list(iterator), list(loader))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    ("operations", "position", "skipped"),
+    [
+        ([Spread()], (3, 3, 0), "3 elements"),  # record 3 gives 3 elements: skipping all of them
+        ([Spread(), Batch(2)], (5, 7, 0), "7 elements"),
+        ([Batch(4), Halves()], (8, 0, 2), "2 elements"),  # a batch gives 2 outputs
+        ([AddOne(), Batch(4), Halves()], (8, 0, 9), "9 elements"),
+    ],
+    ids=["records", "tail", "outputs", "fused-outputs"],
+)
+def test_skipping_more_than_a_record_or_batch_gives_fails_when_it_is_read(
+    operations: list[Any], position: tuple[int, int, int], skipped: str, workers: int
+) -> None:
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 20),
+        sampler=SequentialSampler(20),
+        operations=operations,
+        worker_count=workers,
+    )
+    state = json.loads(iter(loader).get_state())["aioloader"]
+    state["position"] = dict(zip(("index", "skip_elements", "skip_outputs"), position, strict=True))
+    with iter(loader) as iterator:
+        iterator.set_state(state)
+        with pytest.raises(ValueError, match=f"`state` skips {skipped}") as caught:
+            next(iterator)
+    assert f"index={position[0]}" in notes(caught.value)
 
 
 # States exactly as get_state() wrote them before the package moved into
@@ -239,7 +342,7 @@ def test_a_version_1_state_of_an_unshuffled_sampler_restores(workers: int) -> No
 
     with iter(loader()) as first:
         wanted = [next(first) for _ in range(5)]
-        state = first.get_state()
+        state = json.loads(first.get_state())["aioloader"]
         wanted += list(first)
     old = {**state, "version": 1}  # what the previous release wrote for this loader
     with iter(loader()) as resumed:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -16,8 +18,11 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, MapTransform, RangeDataSource
+from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource, ReadOptions
+from aioloader._iteration import iterators
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
+from tests.support.reference import CASES, assert_same_outputs, expected
+from tests.support.transforms import SlowRecords
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -146,6 +151,110 @@ def test_close_while_the_first_chunk_is_in_flight(repeat: int) -> None:
     assert not closer.is_alive(), "close() hangs"
     assert not consumer.is_alive(), "the pending next() hangs"
     assert_all_joined()  # the thread that was reading too, now that its read returned
+
+
+class ReadsOnceClosed:
+    """A source whose reads wait until `closed()` is true (10 s at most): outputs are ready
+    only after a close, when nothing may deliver them any more."""
+
+    def __init__(self, closed: Callable[[], bool]) -> None:
+        self.closed, self.deadline = closed, time.monotonic() + 10
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, key: int) -> int:
+        wait_until(lambda: self.closed() or time.monotonic() > self.deadline, "")
+        return key
+
+
+class Closer:
+    """close() on a thread of its own, started by `begin()` from inside the consumer's next(),
+    which goes on once close() has returned or waits in `EngineHolder.take` for its lock.
+    `late` lists what happened after close() returned: the threads then alive, and more."""
+
+    def __init__(self, iterator: Any) -> None:
+        self.iterator, self.returned, self.late = iterator, threading.Event(), list[Any]()
+        self.thread = threading.Thread(target=self._close, name="closer")
+
+    def _close(self) -> None:
+        self.iterator.close()
+        self.returned.set()
+        self.late.append([t.name for t in aioloader_threads()])
+
+    def begin(self) -> None:
+        self.thread.start()
+        wait_until(lambda: self.returned.is_set() or stack(self.thread)[-1] == "take", "close() never began")
+
+    def after(self, what: Any) -> None:
+        if self.returned.is_set():
+            self.late.append(what)
+
+
+def next_beside(iterator: Any, closer: Closer) -> Any:
+    """next(iterator) on a consumer thread while `closer` runs; what it returned ("ended" at the end)."""
+    outcome: list[Any] = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(iterator, "ended")), name="consumer")
+    consumer.start()
+    consumer.join(15)
+    closer.thread.join(15)
+    assert not consumer.is_alive(), "next() hangs"
+    assert not closer.thread.is_alive(), "close() hangs"
+    return outcome[0]
+
+
+@repeated
+@pytest.mark.parametrize("device", [False, True])
+def test_close_from_another_thread_while_the_engine_starts(
+    device: bool, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer's first next() is making the engine when close() comes: close() waits
+    for it and closes it (no thread outlives close()), and that next() ends the iteration."""
+    kwargs: dict[str, Any] = {"device_put": DevicePut()} if device else {}
+    iterator = iter(
+        DataLoader(
+            data_source=ReadsOnceClosed(lambda: iterator._cursor.closed),
+            sampler=IndexSampler(1000, num_epochs=1),
+            operations=[Batch(4)],
+            worker_count=2,
+            **kwargs,
+        )
+    )
+    closer, make = Closer(iterator), iterators.sync_engine
+
+    def starting(*args: Any) -> Any:
+        closer.begin()  # while the engine is being made
+        engine = make(*args)
+        closer.after([t.name for t in aioloader_threads()])
+        return engine
+
+    monkeypatch.setattr(iterators, "sync_engine", starting)
+    assert next_beside(iterator, closer) == "ended", "an output came after close()"
+    assert closer.late == [[]], "threads ran on after close() returned"
+    assert_all_joined()
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_from_another_thread_as_outputs_arrive(
+    workers: int, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() comes as the consumer's next() takes in the outputs the engine gave it: either
+    they were taken in before (that next() returns the first), or they are dropped; never
+    taken in after close() returned."""
+    iterator = iter(reads_loader(Reads(0.0), workers))
+    closer, load = Closer(iterator), iterators._Cursor.load
+
+    def arriving(cursor: Any, *args: Any) -> Any:
+        closer.begin()
+        closer.after("outputs taken in after close() returned")
+        return load(cursor, *args)
+
+    monkeypatch.setattr(iterators._Cursor, "load", arriving)
+    got = next_beside(iterator, closer)
+    assert closer.late == [[]]
+    assert got.tolist() == wanted_batches(Reads(0.0), 1)[0]
+    assert_all_joined()
 
 
 @repeated
@@ -310,3 +419,221 @@ def busy_loader_finite() -> DataLoader:
         operations=[Slow(), Batch(8)],
         worker_count=2,
     )
+
+
+# close() from another thread, and aclose() from another task, while the
+# consumer waits: the pending call ends the iteration (StopIteration /
+# StopAsyncIteration), nothing is lost or repeated, and every thread ends.
+
+
+class Reads:
+    """Reads that wait: `slow` seconds for the keys in `slow_keys` (all keys if None)."""
+
+    def __init__(self, slow: float, slow_keys: set[int] | None = None, size: int = 10_000) -> None:
+        self.slow, self.slow_keys, self.size = slow, slow_keys, size
+        self.entered = threading.Event()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        if self.slow_keys is None or key in self.slow_keys:
+            self.entered.set()
+            time.sleep(self.slow)
+        return key * 3
+
+
+def reads_loader(source: Reads, workers: int, **kwargs: Any) -> DataLoader:
+    return DataLoader(
+        data_source=source,
+        sampler=IndexSampler(source.size, shuffle=True, num_epochs=1, seed=3),
+        operations=[Batch(2)],
+        worker_count=workers,
+        **kwargs,
+    )
+
+
+def wanted_batches(source: Reads, count: int) -> list[list[int]]:
+    keys = IndexSampler(source.size, shuffle=True, num_epochs=1, seed=3).record_keys(0, 2 * count)
+    return [[3 * keys[2 * b], 3 * keys[2 * b + 1]] for b in range(count)]
+
+
+def consume_until_the_end(iterator: Any, got: list[list[int]], outcome: list[BaseException | None]) -> None:
+    """Take outputs until the iterator ends; record what ended it (None: StopIteration)."""
+    try:
+        for batch in iterator:
+            got.append(batch.tolist())
+        outcome.append(None)
+    except BaseException as error:
+        outcome.append(error)
+
+
+MOMENTS = {
+    # (slow seconds, slow keys, read options, outputs taken before the close)
+    "before-the-first-output": (
+        0.3,
+        {IndexSampler(10_000, shuffle=True, num_epochs=1, seed=3)[0].record_key},
+        None,
+        0,
+    ),
+    "mid-chunk": (0.002, None, None, 3),
+    "window-full": (0.0, None, ReadOptions(prefetch_buffer_size=4), 1),
+}
+
+
+@repeated
+@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_from_another_thread_ends_a_pending_next(moment: str, workers: int, repeat: int) -> None:
+    slow, slow_keys, options, before = MOMENTS[moment]
+    source = Reads(slow, slow_keys)
+    loader = reads_loader(source, workers, read_options=options)
+    iterator = iter(loader)
+    got: list[list[int]] = []
+    outcome: list[BaseException | None] = []
+    taken = threading.Event()
+
+    def consume() -> None:
+        for batch in itertools.islice(iterator, before):
+            got.append(batch.tolist())
+        taken.set()
+        if moment == "window-full":
+            wait_for_no_threads(0.05)  # leave the workers to fill the window (a moment, not a check)
+        consume_until_the_end(iterator, got, outcome)
+
+    consumer = threading.Thread(target=consume, name="consumer")
+    consumer.start()
+    taken.wait(30)
+    if before == 0:
+        source.entered.wait(30)  # the first read is under way: next() waits for it
+    iterator.close()  # from this thread, not the consumer's
+    assert aioloader_threads() == []  # close() joined them (it waits 2 s at most)
+    consumer.join(2.0)
+    assert not consumer.is_alive(), "the pending next() still waits 2 s after close()"
+    assert outcome == [None]  # StopIteration, nothing else
+    assert got == wanted_batches(source, len(got))  # a prefix: nothing lost, repeated or changed
+    state = iterator.get_state()
+    assert json.loads(state)["aioloader"]["position"]["index"] == 2 * len(got)  # exactly what next() returned
+    with iter(reads_loader(Reads(0.0), 0)) as resumed:
+        resumed.set_state(state)
+        assert [next(resumed).tolist() for _ in range(3)] == wanted_batches(source, len(got) + 3)[len(got) :]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_next_after_close_from_another_thread_gives_at_most_what_was_handed_over(workers: int) -> None:
+    source = Reads(0.0)
+    iterator = iter(reads_loader(source, workers))
+    first = next(iterator).tolist()
+    closer = threading.Thread(target=iterator.close)
+    closer.start()
+    closer.join()
+    rest = [batch.tolist() for batch in iterator]
+    got = [first, *rest]
+    assert got == wanted_batches(source, len(got))
+    assert len(rest) < 2_500  # not the whole data: at most the outputs handed over before the close
+    assert_all_joined()
+
+
+async def waits_at_0(element: Any) -> Any:
+    if element == 0:  # the first chunk: one record
+        await asyncio.Event().wait()  # forever, unless cancelled
+    return element
+
+
+async def plain(element: Any) -> Any:
+    return element
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 2])
+def test_aclose_while_anext_waits_ends_it(workers: int, repeat: int) -> None:
+    def loader(operation: Any) -> DataLoader:
+        return DataLoader(
+            data_source=RangeDataSource(0, 20),
+            sampler=IndexSampler(20, num_epochs=1),
+            operations=[operation],
+            worker_count=workers,
+        )
+
+    async def run() -> dict[str, Any]:
+        iterator = aiter(loader(waits_at_0))
+        pending = asyncio.ensure_future(anext(iterator))
+        await asyncio.sleep(0.01)  # let it start waiting (a moment, not a check)
+        assert not pending.done()
+        await iterator.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await pending
+        with pytest.raises(StopAsyncIteration):
+            await anext(iterator)
+        return iterator.get_state()
+
+    state = asyncio.run(run())
+    assert_all_joined()
+
+    async def resume() -> list[Any]:
+        resumed = aiter(loader(plain))
+        resumed.set_state(state)
+        return [x async for x in resumed]
+
+    assert asyncio.run(resume()) == list(range(20))
+
+
+# Contract 5 with reads (or maps) that wait up to a second each: close() stops
+# between two records, not at the end of a chunk sized by CPU time.
+
+
+@pytest.mark.parametrize("seconds", [0.2, 1.0])
+@pytest.mark.parametrize("where", ["read", "map"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_with_slow_reads_and_maps_is_quick(seconds: float, where: str, workers: int) -> None:
+    source = Reads(seconds if where == "read" else 0.0, size=1000)
+    slow_map = SlowRecords(seconds)
+    loader = DataLoader(
+        data_source=source,
+        sampler=IndexSampler(1000, num_epochs=1),
+        operations=[slow_map] if where == "map" else [],
+        worker_count=workers,
+    )
+    iterator = iter(loader)
+    outcome: list[BaseException | None] = []
+    got: list[Any] = []
+    taken = threading.Event()
+
+    def consume() -> None:
+        got.append(next(iterator))  # the first chunk is one record; the next is sized by CPU time
+        taken.set()
+        consume_until_the_end(iterator, got, outcome)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    entered = (source if where == "read" else slow_map).entered
+    taken.wait(30)
+    entered.clear()
+    entered.wait(30)  # a read (or map) of the second chunk waits
+    iterator.close()  # from another thread than the consumer's
+    assert aioloader_threads() == []  # close() joined them (it waits 2 s at most)
+    consumer.join(2.0)
+    assert not consumer.is_alive(), "the pending next() still waits 2 s after close()"
+    assert outcome == [None]
+    assert got == [k * (3 if where == "read" else 1) for k in range(len(got))]
+
+
+# Also holds: iterators dropped half-way lose and repeat nothing, and leave no thread.
+
+
+def test_a_thousand_iterators_dropped_half_way() -> None:
+    case = next(case for case in CASES if case.name == "fused-batch")
+    wanted = expected(case)
+    rng = random.Random(0)
+    for i in range(1000):
+        iterator = iter(case.loader(rng.choice([0, 1, 2, 3])))
+        count = rng.randrange(1, len(wanted))
+        assert_same_outputs([next(iterator) for _ in range(count)], wanted[:count])
+        state = iterator.get_state()
+        del iterator  # dropped, not closed: the finalizer stops it
+        assert len(aioloader_threads()) <= 3, f"iterator {i} left threads behind"
+        if i % 50 == 0:
+            with iter(case.loader(rng.choice([0, 2]))) as resumed:
+                resumed.set_state(state)
+                assert_same_outputs(list(resumed), wanted[count:])
+    assert_all_joined()

@@ -3,12 +3,16 @@
 A failure is raised in the consumer's thread in output order: every output
 before it is delivered first. The user's exception keeps its type and its
 traceback; a note (PEP 678, shown under the traceback) names the operation
-and the record's index and key.
+and the record's index and key. A StopIteration or StopAsyncIteration becomes
+a RuntimeError from it (`stray_stop`): raised in the consumer, it would end
+the iteration as if the data were over.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from aioloader._common.calls import stray_stop
 
 
 @dataclass
@@ -20,11 +24,13 @@ class Failure:
     @classmethod
     def at_record(cls, error: BaseException, what: str, index: int, key: int | None) -> Failure:
         """An error of `what` (a read, or an operation's label) on one record."""
+        error = stray_stop(error, what)
         error.add_note(f"aioloader: {what} failed on the record with index={index}, record_key={key}")
         return cls(error)
 
     @classmethod
     def at_batch(cls, error: BaseException, what: str, first: int, last: int) -> Failure:
         """An error of `what` on the batch of records with indices `first..last`."""
+        error = stray_stop(error, what)
         error.add_note(f"aioloader: {what} failed on the batch of records with index={first}..{last}")
         return cls(error)

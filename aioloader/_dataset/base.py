@@ -23,12 +23,16 @@ import builtins
 import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import numpy as np
 
+from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
+
+if TYPE_CHECKING:
+    from aioloader._dataset.iter_base import IterDataset
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -223,18 +227,25 @@ class MapDataset(abc.ABC, Generic[T]):
     def _default_seed(self) -> int | None:
         """The seed for a random transformation given none: Grain's derivation from the
         nearest `seed()` calls upstream and their distances, or None without one."""
-        found: list[int] = []
-        to_visit: list[tuple[MapDataset[Any], int]] = [(self, 0)]
-        while to_visit:  # breadth first, parents in order: the order is part of the result
-            node, depth = to_visit.pop(0)
-            seed = getattr(node, "_seed_rng_seed", None)
-            if seed is not None:
-                found.extend((seed, depth))
-            else:
-                to_visit.extend((parent, depth + 1) for parent in getattr(node, "_parents", ()))
-        if not found:
-            return None
-        return int(np.random.SeedSequence(found).generate_state(1, dtype=np.uint32)[0])
+        from aioloader._dataset.functions import derive_seed
+
+        return derive_seed(self)
+
+    def to_iter_dataset(
+        self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
+    ) -> IterDataset[T]:
+        """An `IterDataset` of this dataset's elements in order, one epoch (or forever, if
+        it repeats forever), without the `None` holes unless `allow_nones`.
+
+        The elements are read by index on aioloader's engine, and the maps, filters and
+        batch that follow are applied there too, in chunks, on `prefetch(worker_count)`
+        worker threads (in the caller's thread without `prefetch`): the output does not
+        depend on the worker count. `read_options` bounds the reads in flight and how far
+        ahead they go, as for a `DataLoader`.
+        """
+        from aioloader._dataset.parallel import ToIterDataset
+
+        return ToIterDataset(self, read_options, allow_nones=allow_nones)
 
 
 class _WithSeedMapDataset(MapDataset[T]):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
 
 _GRAIN_MODULE = "grain._src.core.transforms"
@@ -45,3 +47,24 @@ def _is_grain(transform: Any, name: str) -> bool:
 def add_note(error: BaseException, what: str, index: int) -> None:
     """Name the transform and the element's index under the user's traceback (PEP 678)."""
     error.add_note(f"aioloader: {what} failed on the element at index {index}")
+
+
+def derive_seed(node: Any) -> int | None:
+    """The seed for a random transformation of `node` given none: Grain's derivation from
+    the nearest `seed()` calls upstream and their distances, or None without one.
+
+    The graph is walked breadth first, parents in order (MapDatasets and IterDatasets
+    alike): the order is part of the result.
+    """
+    found: list[int] = []
+    to_visit: list[tuple[Any, int]] = [(node, 0)]
+    while to_visit:
+        current, depth = to_visit.pop(0)
+        seed = getattr(current, "_seed_rng_seed", None)
+        if seed is not None:
+            found.extend((seed, depth))
+        else:
+            to_visit.extend((parent, depth + 1) for parent in getattr(current, "_parents", ()))
+    if not found:
+        return None
+    return int(np.random.SeedSequence(found).generate_state(1, dtype=np.uint32)[0])

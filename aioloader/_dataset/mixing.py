@@ -61,7 +61,7 @@ class MixedMapDataset(_SelectionMapDataset[T]):
 
     def __init__(self, datasets: Sequence[MapDataset[T]], weights: Sequence[float] | None) -> None:
         super().__init__(datasets)
-        shares = _require_weights(weights, len(self._inputs))
+        shares = require_weights(weights, len(self._inputs))
         self._proportions = (1,) * len(shares) if weights is None else integer_proportions(shares)
         total = sum(self._proportions)
         empty = [i for i, d in enumerate(self._inputs) if len(d) == 0]
@@ -141,7 +141,7 @@ def _require_datasets(datasets: Any) -> tuple[MapDataset[Any], ...]:
     return tuple(datasets)
 
 
-def _require_weights(weights: Any, count: int) -> tuple[float, ...]:
+def require_weights(weights: Any, count: int) -> tuple[float, ...]:
     if weights is None:
         return (1.0,) * count
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):

@@ -22,10 +22,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aioloader._common.calls import stray_stop
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.validation import require_int
 from aioloader._device.handoff import Handoff
+from aioloader._executors.threads import aclose_elsewhere
 from aioloader._observability.meter import Meter
 from aioloader._observability.statistics import BufferStatistics, Observation
 from aioloader._program.jobs import Outputs
@@ -87,7 +89,7 @@ def transfer_outputs(outputs: Outputs, device_put: DevicePut) -> Outputs:
         try:
             items.append(device_put.transfer(item, after))
         except Exception as error:
-            return Outputs(items, outputs.after[: len(items)], Failure(error))
+            return Outputs(items, outputs.after[: len(items)], Failure(stray_stop(error, "device_put")))
     return Outputs(items, outputs.after, outputs.failure)
 
 
@@ -97,7 +99,6 @@ class ThreadedOutputs(Protocol):
     def next(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
-    async def aclose(self) -> None: ...
     def observe(self) -> Observation: ...
 
 
@@ -178,9 +179,9 @@ class DeviceEngine:
             self._thread.join(2.0)
 
     async def aclose(self) -> None:
+        """`close`, joined on a closer thread: the loop stays free meanwhile."""
         self._handoff.close(drop=True)
-        await self._inner.aclose()
-        self._thread.join(2.0)  # the inner engine is closed: the device thread is ending
+        await aclose_elsewhere(self.close)
 
 
 def _unwrap(item: Outputs | BaseException | None) -> tuple[Outputs, int] | None:

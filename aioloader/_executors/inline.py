@@ -4,7 +4,7 @@ This is the debug mode: no worker thread, no event loop thread, the user's
 code on the caller's stack, and a cost close to a plain loop. The pipeline is
 written once, as a generator that yields either outputs or an `Await` request
 for an asynchronous segment; `run_inline` answers those with a private event
-loop for `for`, and `arun_inline` awaits them on the running loop for
+loop for `for`, and `AsyncInline` awaits them on the running loop for
 `async for` (where the synchronous segments then run on the loop itself).
 
 What this driver decides without I/O is the threaded scheduler's code:
@@ -18,14 +18,15 @@ hand-off, and paying for them would cost the debug mode its plain-loop speed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
-from aioloader._scheduling.planner import plan_chunks
+from aioloader._scheduling.planner import FIRST_CHUNK_RECORDS, plan_chunks
 from aioloader._scheduling.work import Place, Work
 
 
@@ -39,9 +40,13 @@ class Await:
 Steps = Generator[Any, Any, None]
 
 
-def inline_steps(program: Program, position: Position, prefetch_buffer_size: int) -> Steps:
-    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments."""
-    planner, tail = plan_chunks(program, position, prefetch_buffer_size)
+def inline_steps(
+    program: Program, position: Position, prefetch_buffer_size: int, first_records: int = FIRST_CHUNK_RECORDS
+) -> Steps:
+    """The pipeline's outputs one `Outputs` at a time, yielding `Await`s for async segments.
+
+    `first_records`: the first chunk's size (see `ChunkPlanner`)."""
+    planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
     while (job := planner.next_job()) is not None:
         result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds)
@@ -100,20 +105,48 @@ def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
             runner.close()
 
 
-async def arun_inline(steps: Steps) -> AsyncGenerator[Outputs, None]:
-    """The outputs of `steps`, awaiting its requests on the running loop."""
-    try:
+class AsyncInline:
+    """The outputs of `steps` on the running loop, one `Outputs` per `anext()`.
+
+    The synchronous segments run on the loop itself (the debug mode); each
+    asynchronous one is awaited as a task, so that `close()` (from the same
+    loop, while an `anext()` awaits) can cancel it: that `anext()` then
+    answers the end. `steps` waits at a `yield` whenever anything else runs,
+    so closing it never meets it running.
+    """
+
+    def __init__(self, steps: Steps) -> None:
+        self._steps = steps
+        self._awaited: asyncio.Future[Any] | None = None
+        self._closed = False
+
+    async def anext(self) -> Outputs | None:
+        """The next `Outputs`, or None at the end or once closed."""
         answer: Any = None
-        while True:
+        while not self._closed:
             try:
-                step = steps.send(answer)
-            except StopIteration:
-                return
-            if isinstance(step, Await):
-                answer = await step.coroutine
-            else:
-                answer = None
-                yield step
-                del step
-    finally:
-        steps.close()
+                step = self._steps.send(answer)
+            except (StopIteration, Stopped):
+                return None
+            if not isinstance(step, Await):
+                return step  # type: ignore[no-any-return]
+            answer = await self._await(step.coroutine)
+        return None
+
+    async def _await(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        self._awaited = asyncio.ensure_future(coroutine)
+        try:
+            return await self._awaited
+        except asyncio.CancelledError:
+            if not self._closed:
+                raise  # the consumer's task was cancelled, not this iteration
+            return None
+        finally:
+            self._awaited = None
+
+    def close(self) -> None:
+        """Stop: cancel the await in progress, and close the steps. Idempotent."""
+        self._closed = True
+        if self._awaited is not None:
+            self._awaited.cancel()
+        self._steps.close()

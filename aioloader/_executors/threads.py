@@ -7,22 +7,34 @@ take work, run one segment, hand the result back. The runner comes as a
 context manager, so that what a runner holds (a subinterpreter) is released
 by the thread that made it when the worker ends. User errors travel inside
 the results; anything else (a bug, a copy that fails) breaks the scheduler,
-and the consumer raises it.
+and the consumer raises it. A segment cut short by `close()` (`Stopped`)
+ends the worker quietly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from aioloader._common.calls import Stopped
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import SegmentRunner
 
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
+
+_closers = itertools.count()
+
+
+# How long `join` waits, past its timeout, for a worker still making its runner:
+# a subinterpreter's start cannot be interrupted (a second or more on a busy
+# machine), and only its thread may destroy it.
+STARTING_SECONDS = 30.0
 
 
 class WorkerThreads:
@@ -31,19 +43,21 @@ class WorkerThreads:
 
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
         self._scheduler, self._make_runner, self._name = scheduler, make_runner, name
-        self._lock = threading.Lock()  # the thread list and the retirements; never on the hot path
-        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # the worker list and the retirements; never on the hot path
+        # Each worker with its own event, set once its runner is made or it has ended.
+        self._workers: list[tuple[threading.Thread, threading.Event]] = []
         self._retiring = 0
         for _ in range(count):
             self.add()
 
     def add(self) -> None:
-        """Start one more worker."""
+        """Start one more worker (after `close()` it ends at once, making no runner)."""
+        started = threading.Event()
         with self._lock:
             thread = threading.Thread(
-                target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+                target=self._work, args=(started,), name=f"{self._name}-{len(self._workers)}", daemon=True
             )
-            self._threads.append(thread)
+            self._workers.append((thread, started))
         thread.start()
 
     def retire(self) -> None:
@@ -54,7 +68,7 @@ class WorkerThreads:
     def count(self) -> int:
         """The workers running and not asked to end."""
         with self._lock:
-            return sum(thread.is_alive() for thread in self._threads) - self._retiring
+            return sum(thread.is_alive() for thread, _ in self._workers) - self._retiring
 
     def _retired(self) -> bool:
         if not self._retiring:  # a plain read: the common answer costs no lock
@@ -65,11 +79,19 @@ class WorkerThreads:
             self._retiring -= 1
             return True
 
-    def _work(self) -> None:
+    def _work(self, started: threading.Event) -> None:
+        try:
+            self._work_with_a_runner(started)
+        finally:
+            started.set()
+
+    def _work_with_a_runner(self, started: threading.Event) -> None:
         scheduler = self._scheduler
         meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
+            scheduler.program.shutdown.check()  # closed already: make nothing
             with self._make_runner() as run:
+                started.set()
                 while (work := scheduler.next_work(meter=meter)) is not None:
                     work.run_segment(run)
                     scheduler.advance(work)
@@ -78,23 +100,37 @@ class WorkerThreads:
                     del work
                     if self._retired():
                         return
+        except Stopped:
+            pass  # closed in the middle of a segment: its work is abandoned
         except BaseException as error:
             scheduler.fail(error)
 
     def alive(self) -> bool:
         """True while some worker is still running."""
         with self._lock:
-            return any(thread.is_alive() for thread in self._threads)
+            return any(thread.is_alive() for thread, _ in self._workers)
 
     def join(self, timeout: float = 2.0) -> bool:
-        """Wait for the workers to end (close the scheduler first); True if all did in `timeout`."""
+        """Wait for the workers to end (close the scheduler first); True if all did.
+
+        `timeout` bounds the wait for a worker in a read or a call of user code;
+        one still making its runner is waited for until it has made it and let
+        it go (`STARTING_SECONDS` at most), so that no subinterpreter outlives
+        `close()`. A worker added while this waits is waited for too.
+        """
         deadline = time.monotonic() + timeout
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-        return not self.alive()
+        joined = 0
+        while True:
+            with self._lock:
+                workers = self._workers[joined:]
+            if not workers:
+                return not self.alive()
+            for thread, started in workers:
+                if thread is not threading.current_thread():
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                    if thread.is_alive() and not started.is_set():
+                        thread.join(STARTING_SECONDS)
+            joined += len(workers)
 
 
 def thread_runner(program: Any) -> RunnerFactory:
@@ -106,3 +142,30 @@ def thread_runner(program: Any) -> RunnerFactory:
         return contextlib.nullcontext(runner)
 
     return make
+
+
+def close_elsewhere(close: Callable[[], None]) -> threading.Thread | None:
+    """Run `close` on a daemon thread of its own, `aioloader-closer-{n}`, and return it.
+
+    For a caller that must not wait: an event loop's thread (joining workers
+    there would freeze every task on the loop), or a finalizer. At
+    interpreter exit, when no thread can start, `close` runs here and None
+    is returned.
+    """
+    thread = threading.Thread(target=close, name=f"aioloader-closer-{next(_closers)}", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        close()
+        return None
+    return thread
+
+
+async def aclose_elsewhere(close: Callable[[], None]) -> None:
+    """Run `close` on a closer thread and await its end without blocking the running loop.
+
+    If the awaiting task is cancelled, the close goes on in its thread.
+    """
+    thread = close_elsewhere(close)
+    while thread is not None and thread.is_alive():
+        await asyncio.sleep(0.001)

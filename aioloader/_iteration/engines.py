@@ -15,22 +15,27 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.autoscale import AutoWorkers
-from aioloader._executors.inline import arun_inline, inline_steps, run_inline
+from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.loop_thread import AsyncSegments, LoopThread
-from aioloader._executors.threads import WorkerThreads, thread_runner
+from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._observability.statistics import Observation
+from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
+from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
 
 
@@ -91,9 +96,10 @@ class ThreadedEngine:
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, loop: asyncio.AbstractEventLoop | None) -> None:
-        self._read_pool = ReadPool(spec.read_options.num_threads)
+        threads = spec.read_options.num_threads
+        self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
         program = spec.program(self._read_pool)
-        self.scheduler = Scheduler(program, position, spec.read_options, spec.worker_count)
+        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         if self.scheduler.needs_async_runner:
@@ -114,7 +120,9 @@ class ThreadedEngine:
 
     def observe(self) -> Observation:
         program, threads = self.scheduler.program, self._spec.read_options.num_threads
-        reading = self._read_pool.engaged or self._segments is not None  # reads (or async maps) at once
+        # Read threads count while they read at once: the pool engaged, or async segments.
+        engaged = self._read_pool is not None and self._read_pool.engaged
+        reading = engaged or self._segments is not None
         return _observation(
             program, self.scheduler.buffers(), self._workers.count(), threads if reading else 0
         )
@@ -144,38 +152,64 @@ class ThreadedEngine:
         if self._segments is not None:
             self._segments.cancel()
 
+    def _close_read_pool(self) -> None:
+        if self._read_pool is not None:
+            self._read_pool.close()
+
     def close(self) -> None:
         """Stop everything and join every thread (any thread may call it)."""
         self._stop()
-        self._read_pool.close()
+        self._close_read_pool()
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
 
     async def aclose(self) -> None:
-        """`close` on the consumer's loop: waits for the workers without blocking it
-        (the read pool's threads end with the reads in flight: a few milliseconds)."""
+        """`close` on the consumer's loop: stops at once, then joins on a closer thread,
+        awaiting it without blocking the loop (a read in flight may take a while)."""
         self._stop()
-        self._read_pool.close()
-        deadline = time.monotonic() + 2.0
-        while self._workers.alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.001)
+        await aclose_elsewhere(self.close)
 
 
 class InlineEngine:
-    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks."""
+    """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks.
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
-        self._program = spec.program(None)
-        steps = inline_steps(self._program, position, spec.read_options.prefetch_buffer_size)
+    `close()` may come from another thread while `next()` computes: the
+    program's `shutdown` then stops the computation before its next read or
+    call of user code, and that `next()` answers the end. The generator is
+    only ever closed by a thread that is not running it. With `prefetch`
+    (`start_prefetch()`), the first chunk's records are read on other threads
+    until the first `next()` asks for them (see `EarlyRead`).
+    """
+
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
+        self._program = program = spec.program(None)
+        self._shutdown = program.shutdown
+        steps, self._early = _inline(program, spec, position, prefetch)
         self._outputs = run_inline(steps)
         self._device_put = spec.device_put
+        self._lock = threading.Lock()
+        self._running = self._closed = False
 
     def observe(self) -> Observation:
         return _observation(self._program, [], 0, 0)
 
     def next(self) -> tuple[Outputs, int] | None:
-        outputs = next(self._outputs, None)
+        with self._lock:
+            if self._closed:
+                return None
+            self._running = True
+        try:
+            outputs = next(self._outputs, None)
+        except Stopped:
+            outputs = None
+        finally:
+            with self._lock:
+                self._running = False
+                closed = self._closed
+        if closed:
+            self._finish()  # close() left it to us: it was running
+            return None
         if outputs is None:
             return None
         return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
@@ -184,25 +218,38 @@ class InlineEngine:
         pass
 
     def close(self) -> None:
+        self._shutdown.set()
+        with self._lock:
+            self._closed = True
+            if self._running:
+                return  # `next()` in another thread stops soon, and closes the generator
+        self._finish()
+
+    def _finish(self) -> None:
         self._outputs.close()
+        if self._early is not None:
+            self._early.close()
 
 
 class AsyncInlineEngine:
-    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode)."""
+    """`worker_count=0` for `async for`: the pipeline runs on the loop as it asks (debug mode).
 
-    def __init__(self, spec: LoaderSpec, position: Position) -> None:
+    `aclose()` while an `anext()` awaits a read or an `async def` map cancels
+    that await, and the pending `anext()` answers the end.
+    """
+
+    def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
         self._program = spec.program(None)
-        steps = inline_steps(self._program, position, spec.read_options.prefetch_buffer_size)
-        self._outputs = arun_inline(steps)
+        steps, self._early = _inline(self._program, spec, position, prefetch)
+        self._outputs = AsyncInline(steps)
         self._device_put = spec.device_put
 
     def observe(self) -> Observation:
         return _observation(self._program, [], 0, 0)
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        try:
-            outputs = await anext(self._outputs)
-        except StopAsyncIteration:
+        outputs = await self._outputs.anext()
+        if outputs is None:
             return None
         return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
 
@@ -210,40 +257,108 @@ class AsyncInlineEngine:
         pass
 
     def close(self) -> None:
-        pass  # no threads; the loop finalises the async generator
+        # No threads but the early read's; the rest goes with the engine.
+        if self._early is not None:
+            self._early.close()
 
     async def aclose(self) -> None:
-        await self._outputs.aclose()
+        self._outputs.close()
+        if self._early is not None:
+            await asyncio.to_thread(self._early.close)  # joins its threads without blocking the loop
+
+
+def _inline(
+    program: Program, spec: LoaderSpec, position: Position, prefetch: bool
+) -> tuple[Steps, EarlyRead | None]:
+    """The inline driver's steps from `position`, and with `prefetch` the first chunk's
+    early read (when reads may run ahead: both `ReadOptions` above 0, a sync source)."""
+    buffer = spec.read_options.prefetch_buffer_size
+    if not (prefetch and spec.read_options.reads_ahead):
+        return inline_steps(program, position, buffer), None
+    batch = program.operations.batch
+    first = 1 if batch is None else batch.batch_size  # the records of the first output
+    job = plan_chunks(program, position, buffer, first)[0].next_job()
+    early = None if job is None else program.read_early(job, spec.read_options.num_threads)
+    return inline_steps(program, position, buffer, first), early
 
 
 E = TypeVar("E", SyncEngine, AsyncEngine)
+T = TypeVar("T")
 
 
 class EngineHolder(Generic[E]):
-    """Owns the current engine; the iterator's finalizer closes it without a reference
-    to the iterator itself, so that garbage collection can run it."""
+    """The iterator's current engine and whether the iterator is closed, safe from any thread.
+
+    `open` (the consumer) and `take` (`close()` from any thread, or the
+    finalizer) exchange the engine under a lock, so that a close never misses
+    an engine that is being made. The finalizer closes the engine through
+    the holder, without a reference to the iterator, so that garbage
+    collection can run it.
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.engine: E | None = None
+        self.closed = False
+
+    def open(self, make: Callable[[], E]) -> E | None:
+        """The engine, made by `make()` if there is none yet; None once closed."""
+        with self._lock:
+            if self.closed:
+                return None
+            if self.engine is None:
+                self.engine = make()
+            return self.engine
+
+    def unless_closed(self, act: Callable[[], T]) -> T | None:
+        """`act()`, or None once closed: a `take()` (a close from any thread) comes wholly
+        before or after it, so what `act` hands over is never handed over after a close."""
+        with self._lock:
+            return None if self.closed else act()
+
+    def reopen(self) -> None:
+        """Let `open` make an engine again (`set_state`)."""
+        with self._lock:
+            self.closed = False
+
+    def take(self) -> E | None:
+        """Close the holder and take its engine, for the caller to close."""
+        with self._lock:
+            self.closed = True
+            engine, self.engine = self.engine, None
+        if engine is not None:
+            interrupts.unwatch(engine)
+        return engine
 
     def close(self) -> None:
-        engine, self.engine = self.engine, None
+        """Close the engine here, joining its threads."""
+        engine = self.take()
         if engine is not None:
             engine.close()
-            interrupts.unwatch(engine)
+
+    def close_elsewhere(self) -> None:
+        """Close the engine on a closer thread: an async iterator's finalizer runs on
+        the event loop's thread (leaving `async for` with `break`), which must not wait."""
+        engine = self.take()
+        if engine is not None:
+            close_elsewhere(engine.close)
 
 
-def sync_engine(spec: LoaderSpec, position: Position) -> SyncEngine:
-    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C)."""
+def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> SyncEngine:
+    """The engine for `for`: inline without workers, threads otherwise (stopped by Ctrl-C).
+
+    Threads start working at once; `prefetch` makes the inline engine read
+    its first chunk early (see `InlineEngine`).
+    """
     if spec.worker_count == 0:
-        return InlineEngine(spec, position)
+        return InlineEngine(spec, position, prefetch)
     return _threaded(spec, ThreadedEngine(spec, position, None))
 
 
-def async_engine(spec: LoaderSpec, position: Position) -> AsyncEngine:
-    """The engine for `async for`, on the running loop."""
+def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
+    """The engine for `async for`, on the running loop (`prefetch` as for `sync_engine`)."""
     if spec.worker_count == 0:
-        return AsyncInlineEngine(spec, position)
+        return AsyncInlineEngine(spec, position, prefetch)
     return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
 
 

@@ -15,36 +15,46 @@ hint.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import operator
+import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
-from aioloader._iteration import interrupts as interrupts
+from aioloader._executors.threads import close_elsewhere
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._iteration.state import make_state, read_state
+from aioloader._iteration.state import check_position, dump_state, load_state, make_state
 from aioloader._observability import logs as logs
 from aioloader._observability.meter import Meter
 from aioloader._observability.statistics import LoaderStatistics, Observation, snapshot
 from aioloader._program.jobs import Outputs
+from aioloader._sampling.leftovers import Detour, Leftovers
 
 _EMPTY: list[Any] = []
 _NOTHING = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
 
 
 class _Cursor(Generic[E]):
-    """The `Outputs` being delivered, where the consumer is, and the engine."""
+    """The `Outputs` being delivered, where the consumer is, and the engine.
+
+    Only the consumer changes the outputs and the position. `close()` from
+    another thread closes the engine through the holder and leaves them
+    alone (`stop(elsewhere=True)`): the consumer sees the holder closed at
+    its next step and stops there.
+    """
 
     def __init__(self, spec: LoaderSpec) -> None:
-        self.spec = spec
-        self.closed = False
+        self.loader_spec = self.spec = spec  # `spec` is the loader's, or resumed with a detour
+        self.detour: Detour | None = None  # after a Grain state that left records behind
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
+        self.consumer: int | None = None  # the thread that last asked for outputs
         self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
         self.started()
@@ -59,8 +69,10 @@ class _Cursor(Generic[E]):
         engine = self.holder.engine
         if engine is not None:
             return snapshot(engine.observe(), self.meter, time.perf_counter() - self.since)
+        # Stopped: after a close from another thread, the consumer counts the outputs
+        # it took from the current `Outputs` only when it next steps; count them here.
         observation, until = self.final or (_NOTHING, time.perf_counter())
-        return snapshot(observation, self.meter, until - self.since)
+        return snapshot(observation, self.meter, until - self.since, self._delivered())
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
         """The engine stops: keep its last figures (its counters, not its data)."""
@@ -74,6 +86,10 @@ class _Cursor(Generic[E]):
         if logs.interval is not None and now - self.logged >= logs.interval:
             self.logged = now
             logs.logger.debug("%s", self.statistics().summary())
+
+    @property
+    def closed(self) -> bool:
+        return self.holder.closed
 
     def reset(self, position: Position) -> None:
         self.base = position
@@ -99,6 +115,15 @@ class _Cursor(Generic[E]):
         self.current = iter(self.items)
         return self.current
 
+    def load_unless_closed(self, found: tuple[Outputs, int] | None) -> Iterator[Any] | None:
+        """`load(*found)`, unless `found` is None (the end) or the iterator was closed
+        meanwhile, from any thread: then None. Loaded under the holder's lock, so a
+        `next()` still pending when `close()` returned never returns an output."""
+        if found is None:
+            return None
+        outputs, weight = found
+        return self.holder.unless_closed(lambda: self.load(outputs, weight))
+
     def finish_outputs(self) -> int:
         """Let go of the current `Outputs`, all delivered; return their weight, to release.
 
@@ -107,43 +132,98 @@ class _Cursor(Generic[E]):
         what lets a window of one job make progress, and dropping our
         references keeps two `Outputs` from being alive at once.
         """
-        self._count_delivered()
+        delivered = self._delivered()
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
+        self._count_delivered(delivered)
         weight, self.weight = self.weight, 0
         return weight
 
-    def _count_delivered(self) -> None:
-        delivered = len(self.items) - operator.length_hint(self.current)
+    def _delivered(self) -> int:
+        """The outputs taken from the current `Outputs` (any thread: a moment's view)."""
+        items, current = self.items, self.current
+        return max(0, len(items) - operator.length_hint(current))
+
+    def _count_delivered(self, delivered: int) -> None:
+        """Count `delivered` outputs, once they have left the current `Outputs` (so that a
+        stopped iterator's `statistics()` never counts them twice)."""
         if delivered:
             self.meter.count("consumer", delivered, 0.0)
+
+    def prefetch(self, make: Callable[[LoaderSpec, Position, bool], E]) -> None:
+        """Make the engine now with `make(spec, position, prefetch=True)`, unless there is
+        one already or the iterator is closed."""
+        self.open_engine(make, prefetch=True)
 
     def take_failure(self) -> BaseException | None:
         failure, self.failure = self.failure, None
         return None if failure is None else failure.error
 
-    def stop(self) -> None:
-        """Deliver nothing more: empty the current `Outputs` in place (their iterator
-        stops with it), and close the engine."""
-        self.closed = True
-        self.base = self.position()
-        self._count_delivered()
-        self.items.clear()
-        self.finish_outputs()
-        self.keep_final(self.holder.engine)
-        self.holder.close()
+    def stop(self, elsewhere: bool = False) -> E | None:
+        """Deliver nothing more; return the engine, for the caller to close.
 
-    def get_state(self) -> dict[str, Any]:
-        return make_state(self.position(), self.spec.description)
+        The consumer (`elsewhere=False`) also empties the current `Outputs` in
+        place (their iterator stops with it). Another thread must not touch
+        them while the consumer may be taking one: the outputs already handed
+        over stay deliverable, and the position stays exact.
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        position = read_state(state, self.spec.description)
-        length = self.spec.length
-        if length is not None and position[0] > length:
-            raise ValueError(f"`state` is at index {position[0]}, past the sampler's length {length}.")
-        self.stop()
-        self.reset(position)
-        self.closed = False
+        The engine's last figures are kept for `statistics()` (its counters, not its
+        data); the outputs delivered count once the consumer stops or finishes them.
+        """
+        engine = self.holder.take()
+        self.keep_final(engine)
+        if not elsewhere:
+            self.base = self.position()
+            delivered = self._delivered()
+            self.items.clear()
+            self.finish_outputs()
+            self._count_delivered(delivered)
+        return engine
+
+    def open_engine(
+        self, make: Callable[[LoaderSpec, Position, bool], E], prefetch: bool = False
+    ) -> E | None:
+        """The engine (made from the current position if there is none, with the
+        consumer's counters started again); None once closed."""
+
+        def fresh() -> E:
+            self.started()
+            return make(self.spec, self.position(), prefetch)
+
+        return self.holder.open(fresh)
+
+    def get_state(self) -> bytes:
+        index, skip_elements, skip_outputs = self.position()
+        detour = self.detour
+        starts = None
+        if detour is not None:
+            index, starts = detour.true_index(index), list(detour.leftovers.starts)
+        spec = self.loader_spec
+        return dump_state((index, skip_elements, skip_outputs), starts, spec.description, spec.grain)
+
+    def set_state(self, state: bytes | dict[str, Any]) -> E | None:
+        """Restart at `state`'s position; return the engine that ran, for the caller to close."""
+        spec = self.loader_spec
+        position, starts = load_state(state, spec.description, spec.grain, spec.length)
+        check_position(position, spec.description, spec.length)
+        detour = None if starts is None else Detour(Leftovers(starts), position[0])
+        engine = self.stop()
+        self.spec, self.detour = spec.resumed(detour), detour
+        self.reset(position if detour is None else (detour.first, position[1], position[2]))
+        self.holder.reopen()
+        return engine
+
+
+def position_of(iterator: DataLoaderIterator | AsyncDataLoaderIterator) -> Position:
+    """Where `iterator` stands (after its last output delivered), without making a state:
+    what an IterDataset's stage keeps for each element, and turns into a state later."""
+    return iterator._cursor.position()
+
+
+def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: Position) -> dict[str, Any]:
+    """The state `iterator.get_state()` gave, or would give, at `position` (any thread), as a
+    dict (aioloader's part of it): an IterDataset's loaders never resume from a Grain state."""
+    return make_state(position, iterator._cursor.loader_spec.description)
 
 
 class DataLoaderIterator(itertools.chain[Any]):
@@ -177,13 +257,31 @@ class DataLoaderIterator(itertools.chain[Any]):
         """The next output (as `next(iterator)`)."""
         return next(self)
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def start_prefetch(self) -> None:
+        """Start filling the pipeline now, before the first `next()`, as Grain's does.
+
+        With workers, they start reading and transforming; with
+        `worker_count=0`, the records of the first output are read on other
+        threads (the operations still run in the caller's thread, at
+        `next()`). Nothing starts when `ReadOptions` allow no read-ahead
+        there (a 0), for an async source there, once the pipeline runs, or
+        on a closed iterator. Idempotent; never changes the outputs.
+        """
+        self._cursor.prefetch(sync_engine)
+
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`: what `get_state` of a loader with the same pipeline
+        returned (bytes; the dicts of earlier versions too), or what Grain 0.2.18's
+        own DataLoader iterator saved for the same sampler and source, with any
+        `worker_count`. Every record Grain had not delivered comes next, each once,
+        in aioloader's order (after a state of several Grain workers, those they
+        left behind their furthest come first, in order).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again, as long as it has not
@@ -198,7 +296,7 @@ class DataLoaderIterator(itertools.chain[Any]):
                 "the data, after an error, or asked for more after close()); call set_state on a "
                 "new one, iter(loader)."
             )
-        self._cursor.set_state(state)
+        _close(self._cursor.set_state(state))
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
@@ -210,8 +308,17 @@ class DataLoaderIterator(itertools.chain[Any]):
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
         record it holds. Idempotent; `get_state()` still works afterwards, and
-        `set_state()` opens the iterator again."""
-        self._cursor.stop()
+        `set_state()` opens the iterator again.
+
+        Any thread may call it. A `next()` waiting in another thread then
+        raises StopIteration, as a closed file's iterator ends (or the
+        pipeline's error, if it had failed before); so does every later
+        `next()`, once the outputs already handed to the iterator before the
+        close (the rest of one chunk's) are delivered: `get_state()` counts
+        exactly the outputs that `next()` returned.
+        """
+        cursor = self._cursor
+        _close(cursor.stop(elsewhere=cursor.consumer not in (None, threading.get_ident())))
 
     def __enter__(self) -> DataLoaderIterator:
         return self
@@ -229,44 +336,52 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
     """
     try:
         while True:
+            cursor.consumer = threading.get_ident()
             error = cursor.take_failure()
             if error is not None:
-                cursor.stop()
+                _close(cursor.stop())
                 raise error
-            if cursor.closed:
-                return
-            engine = cursor.holder.engine
+            engine = cursor.open_engine(sync_engine)
             if engine is None:
-                cursor.started()
-                engine = cursor.holder.engine = sync_engine(cursor.spec, cursor.position())
+                _close(cursor.stop())  # closed, perhaps from another thread
+                return
             engine.release(cursor.finish_outputs())
             started = time.perf_counter()
             try:
                 found = engine.next()
             except BaseException:
-                cursor.stop()  # KeyboardInterrupt while waiting, or a bug: stop every thread
+                _close(cursor.stop())  # KeyboardInterrupt while waiting, or a bug: stop every thread
                 raise
             cursor.waited(started)
-            if found is None:
-                cursor.stop()
+            items = cursor.load_unless_closed(found)
+            if items is None:
+                _close(cursor.stop())
                 return
-            items = cursor.load(*found)
             del found, engine  # while suspended, this frame must hold nothing but the items' iterator
             yield items
     finally:
         cursor.ended = True
 
 
+def _close(engine: SyncEngine | AsyncEngine | None) -> None:
+    if engine is not None:
+        engine.close()
+
+
 class AsyncDataLoaderIterator:
     """Iterates a `DataLoader` on the running event loop; see `DataLoader`.
 
     Workers run the user's code, so other tasks on the loop keep running
-    while records are read and transformed.
+    while records are read and transformed. The iterator belongs to the
+    event loop on which it started: awaiting it on another (under a second
+    `asyncio.run()`) is a RuntimeError. Leaving `async for` early closes it
+    without blocking the loop: its threads are joined on a closer thread.
     """
 
     def __init__(self, spec: LoaderSpec) -> None:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
-        weakref.finalize(self, EngineHolder.close, self._cursor.holder)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
+        weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
         return self
@@ -284,12 +399,11 @@ class AsyncDataLoaderIterator:
             if error is not None:
                 await self.aclose()
                 raise error
-            if cursor.closed:
-                raise StopAsyncIteration
-            engine = cursor.holder.engine
+            self._check_loop()
+            engine = cursor.open_engine(self._make_engine)
             if engine is None:
-                cursor.started()
-                engine = cursor.holder.engine = async_engine(cursor.spec, cursor.position())
+                await self.aclose()
+                raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
             started = time.perf_counter()
             try:
@@ -298,25 +412,55 @@ class AsyncDataLoaderIterator:
                 await self.aclose()
                 raise
             cursor.waited(started)
-            if found is None:
+            items = cursor.load_unless_closed(found)
+            if items is None:  # the end, or aclose() while we waited
                 await self.aclose()
                 raise StopAsyncIteration
-            for output in cursor.load(*found):
+            for output in items:
                 return output
 
-    def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: `set_state` on a loader with the same pipeline,
-        whatever its `worker_count`, resumes right after the last output delivered."""
+    def _make_engine(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
+        self._loop = asyncio.get_running_loop()
+        return async_engine(spec, position, prefetch)
+
+    def _check_loop(self) -> None:
+        if self._cursor.holder.engine is not None and self._loop is not asyncio.get_running_loop():
+            raise RuntimeError(
+                "this AsyncDataLoaderIterator belongs to another event loop: its workers hand their "
+                "outputs to the loop it started on (an earlier asyncio.run()?). Iterate it on that "
+                "loop, or call set_state(get_state()) to restart it on this one where it stood."
+            )
+
+    def start_prefetch(self) -> None:
+        """As `DataLoaderIterator.start_prefetch`; call it on the loop that iterates
+        (in a coroutine): with workers, asynchronous steps run on that loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncDataLoaderIterator.start_prefetch() must be called on the event loop that "
+                "iterates it (from a coroutine); no event loop is running in this thread."
+            ) from None
+        self._check_loop()
+        self._cursor.prefetch(self._make_engine)
+
+    def get_state(self) -> bytes:
+        """The position after the last output delivered, as Grain's: a small JSON document,
+        as bytes. `set_state` on a loader with the same pipeline, whatever its
+        `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`, made by `get_state` of a loader with the same pipeline.
+    def set_state(self, state: bytes | dict[str, Any]) -> None:
+        """Continue from `state`, as `DataLoaderIterator.set_state` (Grain's states too).
 
         What was read ahead is dropped and the pipeline restarts at the state's
         position; a closed iterator is open again. A state from another
-        pipeline is a ValueError that names what differs.
+        pipeline is a ValueError that names what differs. The threads that
+        ran are joined on a closer thread, not on the loop.
         """
-        self._cursor.set_state(state)
+        engine = self._cursor.set_state(state)
+        if engine is not None:
+            close_elsewhere(engine.close)
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
@@ -328,14 +472,15 @@ class AsyncDataLoaderIterator:
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go
         of every record it holds. Idempotent; `get_state()` still works afterwards,
-        and `set_state()` opens the iterator again."""
-        cursor = self._cursor
-        engine, cursor.holder.engine = cursor.holder.engine, None
-        cursor.keep_final(engine)
-        cursor.stop()
+        and `set_state()` opens the iterator again.
+
+        An `__anext__` awaiting in another task meanwhile raises
+        StopAsyncIteration (or the pipeline's error, if it had failed before).
+        The threads are joined on a closer thread, so the loop stays free.
+        """
+        engine = self._cursor.stop()
         if engine is not None:
             await engine.aclose()
-            interrupts.unwatch(engine)
 
     async def __aenter__(self) -> AsyncDataLoaderIterator:
         return self

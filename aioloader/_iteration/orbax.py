@@ -1,9 +1,12 @@
 """The orbax-checkpoint handler behind `aioloader.checkpoint`.
 
-An iterator's state is a few hundred bytes of JSON (see _state), different on
+An iterator's state is a few hundred bytes of JSON (see `state`), different on
 each JAX process because each reads its own shard. The handler therefore
 writes one file per process, `process_{i}-of-{n}.json`, into the item's
-directory, and each process restores from its own file. orbax gives the
+directory, and each process restores from its own file. Those are the
+names and the text Grain's `PyGrainCheckpointHandler` writes, so a step that
+Grain's handler saved restores here too (and files written before states
+were bytes hold the JSON of the dict that `get_state()` returned then). orbax gives the
 atomicity: the item directory is a temporary one until every process has
 written, then the whole step is committed at once.
 
@@ -19,6 +22,7 @@ import re
 from typing import Any
 
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
+from aioloader._iteration.state import CheckpointableIterator
 
 try:
     import jax
@@ -29,7 +33,7 @@ except ImportError as error:
         f"({error}); install the `orbax` extra: pip install 'aioloader[orbax]'."
     ) from error
 
-LoaderIterator = DataLoaderIterator | AsyncDataLoaderIterator
+LoaderIterator = DataLoaderIterator | AsyncDataLoaderIterator | CheckpointableIterator
 _FILE_NAME = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
 
@@ -51,10 +55,9 @@ class CheckpointHandler(ocp.CheckpointHandler):  # type: ignore[misc]
 
     def save(self, directory: Any, args: CheckpointSave) -> None:
         """Write this process's state file into `directory` (an `etils.epath.Path`)."""
-        state = args.item.get_state()
-        (directory / state_file_name(jax.process_index(), jax.process_count())).write_text(
-            json.dumps(state, indent=1)
-        )
+        state = args.item.get_state()  # a DataLoader's: JSON bytes; an IterDataset's: a dict, as in Grain
+        data = state if isinstance(state, bytes) else json.dumps(state, separators=(",", ":")).encode()
+        (directory / state_file_name(jax.process_index(), jax.process_count())).write_bytes(data)
 
     def restore(self, directory: Any, args: CheckpointRestore | None = None) -> LoaderIterator:
         """Set `args.item` to the state saved by this process; return it."""
@@ -63,7 +66,11 @@ class CheckpointHandler(ocp.CheckpointHandler):  # type: ignore[misc]
                 "Restoring an aioloader iterator needs the iterator: pass "
                 "`args=aioloader.checkpoint.CheckpointRestore(iterator)`."
             )
-        args.item.set_state(_read_state(directory))
+        state = _read_state(directory)
+        if isinstance(args.item, CheckpointableIterator):
+            args.item.set_state(json.loads(state))
+        else:
+            args.item.set_state(state)
         return args.item
 
     @classmethod
@@ -97,23 +104,26 @@ ocp.args.register_with_handler(CheckpointHandler, for_restore=True)(CheckpointRe
 
 
 def _check_iterator(item: Any) -> None:
-    if not isinstance(item, DataLoaderIterator | AsyncDataLoaderIterator):
-        raise TypeError(
-            "`item` must be an iterator of a DataLoader (`iter(loader)` or `aiter(loader)`), "
-            f"got {item!r:.200} of type {type(item).__name__}."
-        )
+    if isinstance(item, DataLoaderIterator | AsyncDataLoaderIterator | CheckpointableIterator):
+        return
+    raise TypeError(
+        "`item` must be an iterator of a DataLoader (`iter(loader)` or `aiter(loader)`) or of an "
+        f"IterDataset (`iter(dataset)`), got {item!r:.200} of type {type(item).__name__}."
+    )
 
 
-def _read_state(directory: Any) -> Any:
-    """This process's state from `directory`; a clear error when it is not there."""
+def _read_state(directory: Any) -> bytes:
+    """This process's state from `directory`; a clear error when it is not there or not JSON."""
     index, count = jax.process_index(), jax.process_count()
     path = directory / state_file_name(index, count)
     if not path.exists():
         _raise_missing(directory, index, count)
+    state: bytes = path.read_bytes()
     try:
-        return json.loads(path.read_text())
+        json.loads(state)
     except ValueError as error:
         raise ValueError(f"`{path}` is not an aioloader iterator state: {error}.") from error
+    return state
 
 
 def _raise_missing(directory: Any, index: int, count: int) -> None:

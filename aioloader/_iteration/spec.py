@@ -6,31 +6,48 @@ it instead of the loader, so nothing below `_loader` imports `_loader`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aioloader._common.options import ReadOptions
 from aioloader._device.device_put import DevicePut
+from aioloader._iteration.grain_state import GrainNames
 from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
+from aioloader._sampling.leftovers import Detour
+from aioloader._sampling.walk import Walk
 
 
 @dataclass(frozen=True, eq=False)
 class LoaderSpec:
     """A loader's checked arguments, as its iterators and engines use them.
 
-    `program(read_pool)` makes a fresh `Program` for one engine (engines with
-    worker threads hand it their `ReadPool`); `description` identifies the
-    pipeline's output in every state; `length` is the sampler's length (None
-    when it repeats forever).
+    `program(read_pool)` makes a fresh `Program` over `walk` for one engine
+    (engines with worker threads hand it their `ReadPool`); `description`
+    identifies the pipeline's output in every state, and `grain` names it as
+    Grain's fields do; `length` is the walk's length (None when it repeats
+    forever); `window` bounds the records the threaded pipeline holds ahead
+    of the consumer (see `DataLoader`).
     """
 
-    program: Callable[[ReadPool | None], Program]
+    make_program: Callable[[Walk, ReadPool | None], Program]
+    walk: Walk
     read_options: ReadOptions
+    window: int
     worker_count: int  # with "auto": the most workers it may start
     executor: str
     device_put: DevicePut | None
     description: dict[str, Any]
+    grain: GrainNames
     length: int | None
     auto_memory_limit: int | None = None  # `worker_count="auto"`: its memory bound, in bytes
+
+    def program(self, read_pool: ReadPool | None) -> Program:
+        """A fresh program over this spec's walk."""
+        return self.make_program(self.walk, read_pool)
+
+    def resumed(self, detour: Detour | None) -> LoaderSpec:
+        """This spec with `detour` laid on its walk (none: this spec)."""
+        return self if detour is None else dataclasses.replace(self, walk=self.walk.resumed(detour))

@@ -131,8 +131,11 @@ def _named(found: Sequence[N], name: str, what: str) -> N:
     raise KeyError(f"no {what} named {name!r}; there are {[item.name for item in found]}")
 
 
-def snapshot(observation: Observation, consumer: Meter, elapsed: float) -> LoaderStatistics:
-    """Sum the meters of `observation` (and the consumer's) into a `LoaderStatistics`."""
+def snapshot(
+    observation: Observation, consumer: Meter, elapsed: float, uncounted: int = 0
+) -> LoaderStatistics:
+    """Sum the meters of `observation` (and the consumer's, plus `uncounted` outputs
+    delivered that it has not counted yet) into a `LoaderStatistics`."""
     steps = [meter.copy_steps() for meter in observation.meters]
     stages = _stages(observation.names, steps, elapsed)
     worker_busy = sum(
@@ -152,8 +155,8 @@ def snapshot(observation: Observation, consumer: Meter, elapsed: float) -> Loade
     stages.append(
         StageStatistics(
             "consumer",
-            int(delivered[0]),
-            _rate(delivered[0], elapsed),
+            int(delivered[0]) + uncounted,
+            _rate(delivered[0] + uncounted, elapsed),
             max(0.0, elapsed - waited),
             int(delivered[2]),
         )

@@ -11,6 +11,12 @@ so that everything ahead of the error in output order is delivered. A later
 operation failing on an earlier element replaces the failure, because that
 element comes first. An element whose filter or flat-map raises contributes
 nothing, not even the elements its flat-map yielded before raising.
+
+The user's functions are called through `calls` (see `_common/calls`): a
+StopIteration they raise is an error like any other, and a closed loader
+stops the run between two elements (`Stopped`). A filter must return a bool
+(Python's or NumPy's): anything else, such as the None of a forgotten
+`return`, would silently keep or drop every element, and is a TypeError.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from aioloader._common.calls import NEVER, Shutdown, calls, paired_calls
 from aioloader._common.failures import Failure
 from aioloader._operations.transforms import Kind, Op
 
@@ -50,23 +57,38 @@ class Run(abc.ABC):
         """The generator that random operations use for the elements of `origin`."""
 
     @abc.abstractmethod
+    def record_index(self, origin: int) -> int:
+        """The index of `origin`'s record (of its first record, for a batch)."""
+
+    @abc.abstractmethod
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         """A failure of `what` on `origin`, with the record (or batch) named in the message."""
 
     def drop_leading(self, count: int) -> None:
-        """Drop the first `count` elements, or fewer if the first origin gave fewer.
+        """Drop the first `count` elements: those of the first origin that were delivered.
 
         Resuming inside a record's elements (a flat-map) or inside a batch's
-        outputs: what the checkpoint's position says was delivered already.
+        outputs: what the checkpoint's position says was delivered already. A
+        checkpoint is only ever taken there when the origin gives more than
+        `count`; if it does not (and no failure cut it short), the state was
+        not made by this pipeline, and that is the run's failure.
         """
         if count == 0:
             return
         origins = self.origin_list()
-        drop = 0
-        while drop < count and drop < len(origins) and origins[drop] == 0:
-            drop += 1
-        del self.items[:drop]
-        self.origins = origins[drop:]
+        first = 0
+        while first < len(origins) and origins[first] == 0:
+            first += 1
+        if first <= count and (self.failure is None or first < len(origins)):
+            error = ValueError(
+                f"`state` skips {count} elements of the first record (or outputs of the first batch), "
+                f"but it gives {first}: the state was not made by this pipeline, or its data changed."
+            )
+            self.failure = self.blame(0, error, "resuming from `state`")
+            self.items, self.origins = [], []
+            return
+        del self.items[:count]
+        self.origins = origins[count:]
 
     def fail(self, j: int, error: BaseException, what: str) -> None:
         """Keep the elements before `j` and record `error` on element `j`."""
@@ -77,29 +99,35 @@ class Run(abc.ABC):
             del self.origins[j:]
 
 
-def apply(op: Op, run: Run, seed: int | None) -> None:
-    """Apply one synchronous operation to every element of `run`, in order."""
+def apply(op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER) -> None:
+    """Apply one synchronous operation to every element of `run`, in order.
+
+    Raises `Stopped` between two elements once `shutdown` is set.
+    """
     if op.kind is Kind.MAP:
-        _map(op, run)
+        _extend(op, run, calls(op.function(), run.items, op.label, shutdown))
     elif op.kind is Kind.RANDOM_MAP:
-        _random_map(op, run, seed)
-    elif op.kind in (Kind.FILTER, Kind.FLAT_MAP):
-        _select(op, run)
+        rngs = _rngs(op, run, seed)
+        _extend(op, run, paired_calls(op.function(), run.items, rngs, op.label, shutdown))
+    elif op.kind is Kind.FILTER:
+        _filter(op, run, shutdown)
+    elif op.kind is Kind.FLAT_MAP:
+        _flat_map(op, run, shutdown)
     else:
         raise AssertionError(f"{op.label} is not a synchronous operation")
 
 
-def _map(op: Op, run: Run) -> None:
-    _extend(op, run, map(op.function(), run.items))
-
-
-def _random_map(op: Op, run: Run, seed: int | None) -> None:
-    rngs = map(run.rng_of, run.origin_list(), itertools.repeat(seed))
-    _extend(op, run, map(op.function(), run.items, rngs))
+def _rngs(op: Op, run: Run, seed: int | None) -> Iterator[np.random.Generator]:
+    """Each element's generator: its record's, shared by the loader's random
+    operations, or the operation's own for the record (the Dataset API's)."""
+    origins = run.origin_list()
+    if op.rng is None:
+        return map(run.rng_of, origins, itertools.repeat(seed))
+    return map(op.rng, map(run.record_index, origins))
 
 
 def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
-    """Collect one result per element at C speed, keeping track of a failure.
+    """Collect one result per element, keeping track of a failure.
 
     `list.extend` keeps what it appended before the iterator raised, so the
     length of `out` is the index of the element that failed.
@@ -112,19 +140,56 @@ def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
     run.items = out
 
 
-def _select(op: Op, run: Run) -> None:
-    fn, flat = op.function(), op.kind is Kind.FLAT_MAP
+def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
+    """Keep the elements `op` is true for.
+
+    A run the filter keeps whole (the common case) stays as it was, one element
+    per origin, so its positions stay cheap. As in `_extend`, the length of
+    `flags` is the index of the element whose filter failed (or did not answer
+    with a bool).
+    """
+    flags: list[bool] = []
+    error: Exception | None = None
+    try:
+        flags.extend(map(_kept, itertools.repeat(op), calls(op.function(), run.items, op.label, shutdown)))
+    except Exception as caught:
+        error = caught
+    if error is None and all(flags):
+        return
+    origins = run.origin_list()
+    if error is not None:
+        run.failure = run.blame(origins[len(flags)], error, op.label)
+    run.items = list(itertools.compress(run.items, flags))
+    run.origins = list(itertools.compress(origins, flags))
+
+
+def _flat_map(op: Op, run: Run, shutdown: Shutdown) -> None:
+    fn = op.function()
     out: list[Any] = []
     origins: list[int] = []
     for j, (element, origin) in enumerate(zip(run.items, run.origin_list(), strict=True)):
+        shutdown.check()
         try:
-            produced = list(fn(element)) if flat else ((element,) if fn(element) else ())
+            produced = list(fn(element))
         except Exception as error:
             run.fail(j, error, op.label)
             break
         out += produced
         origins += [origin] * len(produced)
     run.items, run.origins = out, origins
+
+
+def _kept(op: Op, verdict: Any) -> bool:
+    """A filter's answer, which must be a bool: Python's, NumPy's, or a 0-d boolean array."""
+    if verdict is True or verdict is False:
+        return verdict
+    if isinstance(verdict, np.bool_) or (
+        getattr(verdict, "shape", None) == () and getattr(getattr(verdict, "dtype", None), "kind", "") == "b"
+    ):
+        return bool(verdict)
+    raise TypeError(
+        f"`{op.name}` ({op.what}) must return a bool, got {verdict!r:.100} of type {type(verdict).__name__}."
+    )
 
 
 async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:

@@ -159,6 +159,9 @@ class BatchRun(Run):
             rng = self.plan.last_rng[origin] = make_rng(seed, self.plan.last[origin])
         return rng
 
+    def record_index(self, origin: int) -> int:
+        return self.plan.first[origin]
+
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_batch(error, what, self.plan.first[origin], self.plan.last[origin])
 

@@ -17,6 +17,10 @@ others; here every token appears exactly once.
 Meta features (`meta_features`) are never cut: they must fit their row length, are
 copied whole into every row a cut element spans, and get no ids or positions.
 
+With `bos_handling=BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS`, the first cell of every
+segment of the `bos_features` becomes `bos_token_id` (Grain's option; Grain also writes
+it where a segment is empty, into the next segment or the padding, which is not done here).
+
 The state holds positions only: the input element the last filled row began with
 (with how much of it was already used, if it was cut) and the rows delivered since.
 Resuming reads from that element and skips those rows.
@@ -25,6 +29,7 @@ Resuming reads from that element and skips those rows.
 from __future__ import annotations
 
 import collections
+import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +38,13 @@ import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
 from aioloader._operations.packing import Layout, Row, fill
+
+
+class BOSHandling(enum.Enum):
+    """Grain's BOS options for concat-then-split (Grain's own enum is accepted too)."""
+
+    DO_NOTHING = enum.auto()
+    REPLACE_FIRST_TOKEN_WITH_BOS = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -105,12 +117,17 @@ class ConcatThenSplitPacker:
         *,
         meta_features: Sequence[str] = (),
         split_full_length_features: bool = True,
+        bos_handling: Any = BOSHandling.DO_NOTHING,
+        bos_features: Sequence[str] = (),
+        bos_token_id: int | None = None,
     ) -> None:
         self.layout = Layout.of(length_struct, meta_features)
         outside = [k for k in self.layout.meta if k not in self.layout.lengths]
         if outside:
             raise ValueError(f"`meta_features` names {outside}, which `length_struct` does not.")
         self._split_full = require_bool("split_full_length_features", split_full_length_features)
+        self._bos = _bos_features(bos_handling, bos_features, bos_token_id, self.layout)
+        self._bos_token = bos_token_id
 
     def pack(
         self, elements: Iterable[Any], state: SplitState | None = None
@@ -201,6 +218,8 @@ class ConcatThenSplitPacker:
                 cells = piece.cells(key)
                 start, end = end, end + len(cells)
                 fill(values, (slice(start, end),), cells, key, piece.position)
+                if key in self._bos and end > start:
+                    values[start] = self._bos_token
                 segment_ids[start:end] = segment
                 positions[start:end] = np.arange(end - start, dtype=np.int32)
             row[key] = values
@@ -237,6 +256,33 @@ class ConcatThenSplitPacker:
 
 
 _END = object()
+
+
+def _bos_features(handling: Any, features: Any, token: Any, layout: Layout) -> frozenset[str]:
+    """The features whose segments start with the BOS token (none for DO_NOTHING), checked as
+    Grain checks them."""
+    name = getattr(handling, "name", None)
+    if name not in BOSHandling.__members__:
+        raise TypeError(f"`bos_handling` must be a BOSHandling, got {handling!r}.")
+    if isinstance(features, str) or not all(isinstance(k, str) for k in features):
+        raise TypeError(f"`bos_features` must be a collection of feature names, got {features!r}.")
+    chosen = frozenset(features)
+    if name == "DO_NOTHING":
+        if token is not None or chosen:
+            raise ValueError(
+                "`bos_handling` is DO_NOTHING, so `bos_token_id` and `bos_features` must not be set, "
+                f"got bos_token_id={token!r}, bos_features={sorted(chosen)}."
+            )
+        return chosen
+    if token is None:
+        raise ValueError(f"`bos_token_id` must be set when `bos_handling` is {name}, got None.")
+    require_int("bos_token_id", token)
+    wrong = sorted(chosen - set(layout.lengths) | chosen & set(layout.meta))
+    if wrong:
+        raise ValueError(
+            f"`bos_features` {wrong} must be sequence features of `length_struct`, not meta features."
+        )
+    return chosen
 
 
 def _first(inputs: Iterator[Any], position: int) -> Any:

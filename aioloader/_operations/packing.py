@@ -198,6 +198,7 @@ class _BinOptions:
     padding: dict[str, Any]
     alignment: dict[str, int]
     max_per_row: int | None
+    group_by: str | None = None
 
 
 class FirstFitPacker:
@@ -206,7 +207,10 @@ class FirstFitPacker:
     `num_packing_bins` rows fill at once (more rows, less padding); `padding_struct`
     gives per feature the value of empty cells (0 by default); `pack_alignment_struct`
     rounds where the next element may start up to a multiple; `max_sequences_per_bin`
-    caps the elements per row.
+    caps the elements per row. With `shuffle_bins_group_by_feature`, a pack's rows come
+    in the order of the average of the distinct non-zero values of that feature of the
+    row (a row's feature, or its `_segment_ids` / `_positions`), the shuffled order
+    breaking ties, as in Grain.
     """
 
     def __init__(
@@ -220,6 +224,7 @@ class FirstFitPacker:
         padding_struct: Mapping[str, Any] | None = None,
         pack_alignment_struct: Mapping[str, int] | None = None,
         max_sequences_per_bin: int | None = None,
+        shuffle_bins_group_by_feature: str | None = None,
     ) -> None:
         self.layout = Layout.of(length_struct, meta_features)
         self.options = _BinOptions(
@@ -234,6 +239,7 @@ class FirstFitPacker:
             max_per_row=None
             if max_sequences_per_bin is None
             else require_int("max_sequences_per_bin", max_sequences_per_bin, minimum=1),
+            group_by=_row_feature(shuffle_bins_group_by_feature, self.layout),
         )
 
     def choose(self, pack: _Pack, fits: np.ndarray) -> int:
@@ -277,9 +283,11 @@ class FirstFitPacker:
     ) -> Iterator[tuple[Row, PackState]]:
         """The rows of a finished pack (from input `start` up to `end`), past the first `skip`."""
         rows = pack.rows()
-        order = range(len(rows))
+        order: Sequence[int] = range(len(rows))
         if self.options.shuffle:  # Grain's order: seeded by the rows delivered before the pack
             order = np.random.default_rng(self.options.seed + rows_before).permuted(order).tolist()
+            if self.options.group_by is not None:
+                order = _grouped(rows, order, self.options.group_by)
         for j in range(skip, len(rows)):
             last = j + 1 == len(rows)
             after = (
@@ -297,6 +305,34 @@ class BestFitPacker(FirstFitPacker):
     def choose(self, pack: _Pack, fits: np.ndarray) -> int:
         fullness = pack.used.sum(axis=0)
         return int(np.argmax(np.where(fits, fullness, -1)))
+
+
+def _row_feature(feature: str | None, layout: Layout) -> str | None:
+    """`shuffle_bins_group_by_feature`, checked to name a feature of the packed rows."""
+    if feature is None:
+        return None
+    sequences = [k for k in layout.lengths if layout.is_sequence(k)]
+    names = [*layout.lengths, *layout.loose_meta()]
+    names += [f"{k}_{suffix}" for k in sequences for suffix in ("segment_ids", "positions")]
+    if feature not in names:
+        raise ValueError(
+            f"`shuffle_bins_group_by_feature` must name a feature of the packed rows {names}, "
+            f"got {feature!r}."
+        )
+    return feature
+
+
+def _grouped(rows: list[Row], shuffled: Sequence[int], feature: str) -> list[int]:
+    """Grain's order with `shuffle_bins_group_by_feature`: by each row's average of the
+    distinct non-zero values of `feature` (0 for none), then by the shuffled order."""
+
+    def average(row: Row) -> float:
+        values = np.unique(np.asarray(row[feature]))
+        count = np.count_nonzero(values)
+        return float(values.sum() / count) if count else 0.0
+
+    averages = [average(row) for row in rows]
+    return sorted(range(len(rows)), key=lambda i: (averages[i], shuffled[i], i))
 
 
 def _per_feature(name: str, values: Mapping[str, Any] | None, layout: Layout) -> dict[str, Any]:

@@ -99,7 +99,9 @@ class Op:
     `target` is the user's object (the part copied per thread); `method`
     names the attribute to call on it, or is empty for a plain callable.
     `name` is where it stands in the user's list (`operations[2]`) and
-    `what` says what it is (`Tokenize.map`).
+    `what` says what it is (`Tokenize.map`). `rng`, for a random map of the
+    Dataset API, makes the operation's own generator from a record's index;
+    without it, the random operations share each record's generator.
     """
 
     kind: Kind
@@ -107,6 +109,7 @@ class Op:
     method: str
     name: str
     what: str
+    rng: Callable[[int], np.random.Generator] | None = None
 
     @property
     def label(self) -> str:
@@ -153,9 +156,28 @@ class Operations:
                     f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread "
                     f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
                 ) from error
-            return Op(op.kind, target, op.method, op.name, op.what)
+            return Op(op.kind, target, op.method, op.name, op.what, op.rng)
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An operation already resolved to its function, as the Dataset API hands its
+    transformations to the engine: `kind` (MAP, RANDOM_MAP or FILTER), the function,
+    how messages name it (`name`, `what`), and for a random map its own generator per
+    record index (`rng`, seeded as Grain seeds the transformation)."""
+
+    kind: Kind
+    function: Callable[..., Any]
+    name: str
+    what: str
+    rng: Callable[[int], np.random.Generator] | None = None
+
+
+def is_not_none(element: Any) -> bool:
+    """The filter that drops the None holes a MapDataset's filter leaves (`to_iter_dataset`)."""
+    return element is not None
 
 
 _METHODS = (
@@ -186,6 +208,11 @@ def compile_operations(operations: Sequence[Any]) -> Operations:
 
 def _compile_one(position: int, operation: Any) -> Op:
     name = f"operations[{position}]"
+    if isinstance(operation, Prepared):
+        kind = operation.kind
+        if kind is Kind.MAP and inspect.iscoroutinefunction(operation.function):
+            kind = Kind.ASYNC_MAP
+        return Op(kind, operation.function, "", operation.name, operation.what, operation.rng)
     for base, kind, method in _METHODS:
         if isinstance(operation, base):
             if kind is Kind.MAP and inspect.iscoroutinefunction(getattr(operation, method)):

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aioloader._common.calls import Shutdown
 from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
@@ -43,6 +44,7 @@ from aioloader._observability.meter import Meter, Meters
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
+from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, WholeRecords, aread, read
@@ -82,9 +84,13 @@ class Segment:
 class Program:
     """The source, the sampler's walk, the operations, and each stage's segments (`segments[stage]`).
 
-    `read_threads` bounds the reads and `async def` maps awaited at once;
+    `read_threads` bounds the reads and `async def` maps awaited at once
+    (0, Grain's "no read threads", awaits them one at a time);
     `read_pool`, given with worker threads, reads slow sources concurrently
     (see `read_pool`); without it, every read is the worker's own.
+    `shutdown`, shared by every worker's copy, is set when the engine closes:
+    a synchronous segment then stops before its next read or call of user
+    code, raising `Stopped` (see `_common/calls`).
     """
 
     def __init__(
@@ -106,6 +112,17 @@ class Program:
         # steps), and each worker copy's own (see `for_worker`).
         self.meters = Meters()
         self.meter: Meter | None = self.meters.new("pipeline") if meter.ENABLED else None
+        self.shutdown = Shutdown()
+        self.early: EarlyRead | None = None  # see `read_early`
+
+    def read_early(self, job: ChunkJob, threads: int) -> EarlyRead | None:
+        """Start reading `job`'s records on other threads, for the first `_step_read` of
+        that chunk to take (`start_prefetch()` with `worker_count=0`); None for an
+        async source, whose reads are awaited where they are needed."""
+        if is_async_source(self.source):
+            return None
+        self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
+        return self.early
 
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
@@ -181,25 +198,28 @@ class Program:
         return chunk
 
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
+        early, self.early = self.early, None
+        if early is not None and early.take(chunk):
+            return chunk
         pool = self.read_pool  # see `_read_pool`
         if pool is None or hasattr(self.source, "__getitems__"):
-            read(self.source, chunk)
+            read(self.source, chunk, self.shutdown)
         elif pool.engaged:
-            read(self.source, chunk, pool.map)
+            read(self.source, chunk, self.shutdown, pool.map)
         elif pool.suspicious:
-            read(self.source, chunk, pool.probing_map)
+            read(self.source, chunk, self.shutdown, pool.probing_map)
         else:
-            started = time.perf_counter()
-            read(self.source, chunk)
-            pool.note_chunk(time.perf_counter() - started, len(chunk.keys))
+            started = pool.clock()
+            read(self.source, chunk, self.shutdown)
+            pool.note_chunk(pool.clock() - started, len(chunk.keys))
         return chunk
 
     def _step_before(self, i: int, run: Run) -> Run:
-        apply(self.operations.before[i], run, self.seed)
+        apply(self.operations.before[i], run, self.seed, self.shutdown)
         return run
 
     def _step_after(self, i: int, run: Run) -> Run:
-        apply(self.operations.after[i], run, self.seed)
+        apply(self.operations.after[i], run, self.seed, self.shutdown)
         return run
 
     def _step_records_out(self, _: int, chunk: RecordChunk) -> Outputs:
@@ -247,7 +267,7 @@ class Program:
 
     def _read_limit(self) -> asyncio.Semaphore:
         if self._limit is None:
-            self._limit = asyncio.Semaphore(self.read_threads)
+            self._limit = asyncio.Semaphore(max(1, self.read_threads))
         return self._limit
 
     async def _astep_aread(self, _: int, chunk: RecordChunk) -> RecordChunk:

@@ -19,8 +19,9 @@ a while (on a busy machine, or a GIL build with several workers) has a few
 slow reads among fast ones, and must not move cheap reads to the pool; and
 fast sources never pay for timing reads one by one.
 The first chunk is read by one worker alone (the
-pipeline waits to size the others from it), so a source slow from the start
-never has more than `num_threads` reads in flight. Sources with
+pipeline waits to size the others from it), and the probes of the workers
+take the same `num_threads` slots as the pool's reads, so a source slow from
+the start never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
 """
 
@@ -36,6 +37,9 @@ from typing import Any
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
+# What times the reads; a pool takes it when it is made. Tests put a clock of
+# their own here, so that what counts as slow does not depend on the machine's load.
+CLOCK: Callable[[], float] = time.perf_counter
 
 
 class ReadPool:
@@ -43,6 +47,7 @@ class ReadPool:
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
+        self.clock = CLOCK
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -52,6 +57,9 @@ class ReadPool:
         # for all its reads in turn.
         self.suspicious = True
         self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
+        # The reads in flight, the pool's and the probes' together: a worker may
+        # still be probing when another one has engaged the pool.
+        self._slots = threading.BoundedSemaphore(threads)
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
@@ -61,7 +69,14 @@ class ReadPool:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
             executor = self._executor
-        return executor.map(read, keys)
+        return executor.map(self._in_a_slot(read), keys)
+
+    def _in_a_slot(self, read: Callable[[int], Any]) -> Callable[[int], Any]:
+        def held(key: int) -> Any:
+            with self._slots:
+                return read(key)
+
+        return held
 
     def note_chunk(self, seconds: float, reads: int) -> None:
         """A chunk's `reads` took `seconds`: if that is slow, look closer at the next reads."""
@@ -75,9 +90,10 @@ class ReadPool:
 
         def timed() -> Iterator[Any]:
             for key in probed:
-                started = time.perf_counter()
-                item = read(key)
-                self._record(time.perf_counter() - started)
+                with self._slots:
+                    started = self.clock()
+                    item = read(key)
+                    self._record(self.clock() - started)
                 yield item
 
         def parts() -> Iterator[Iterator[Any]]:

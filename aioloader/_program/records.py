@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from aioloader._common.calls import NEVER, Shutdown, calls, checked
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
@@ -43,6 +44,9 @@ class RecordChunk(Run):
             rng = self.rngs[origin] = make_rng(seed, self.indices[origin])
         return rng
 
+    def record_index(self, origin: int) -> int:
+        return self.indices[origin]
+
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_record(error, what, self.indices[origin], self.keys[origin])
 
@@ -71,40 +75,70 @@ class WholeRecords:
         return None if self._rngs is None else self._rngs[j]
 
 
-def read(source: Any, chunk: RecordChunk, mapper: Callable[..., Iterator[Any]] = map) -> None:
+Mapper = Callable[[Callable[[Any], Any], Sequence[int]], Iterable[Any]]
+
+
+def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Mapper | None = None) -> None:
     """Read the chunk's records from a random-access source, in order.
 
     `__getitems__` reads the whole chunk in one call when the source has it;
     if that raises, the keys are read one by one to find the failing record.
-    One by one, `mapper` (`map`, or a read pool's concurrent map) reads them
-    in order, and `list.extend` collects them at C speed, keeping what it
-    appended before a read raised: its length is the failing key's.
+    It must return one record per key: any other count is a ValueError on the
+    chunk's first record, since records would be lost or moved onto other
+    keys. One by one, `mapper` (a read pool's concurrent map, given a
+    function that checks `shutdown` first) or else `calls` reads them in
+    order, and `list.extend` collects them, keeping what it appended before a
+    read raised: its length is the failing key's.
     """
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
         try:
-            chunk.items = list(getitems(chunk.keys))
-            return
+            found = list(getitems(chunk.keys))
         except Exception:
             pass
+        else:
+            _check_count(source, "__getitems__", chunk, found)
+            return
+    what = f"reading from {type(source).__name__}"
     items: list[Any] = []
     chunk.items = items
     try:
-        items.extend(mapper(source.__getitem__, chunk.keys))
+        if mapper is None:
+            items.extend(calls(source.__getitem__, chunk.keys, what, shutdown))
+        else:
+            items.extend(mapper(checked(source.__getitem__, what, shutdown), chunk.keys))
     except Exception as error:
-        chunk.fail(len(items), error, f"reading from {type(source).__name__}")
+        chunk.fail(len(items), error, what)
+
+
+def _check_count(source: Any, method: str, chunk: RecordChunk, found: list[Any]) -> None:
+    """Take `found` as the chunk's records if there is one per key; else fail on the first record."""
+    if len(found) == len(chunk.keys):
+        chunk.items = found
+        return
+    chunk.items = []
+    error = ValueError(
+        f"`data_source` {type(source).__name__}.{method} returned {len(found)} records "
+        f"for {len(chunk.keys)} keys; it must return one record per key, in the keys' order."
+    )
+    chunk.fail(0, error, f"reading from {type(source).__name__}")
 
 
 async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:
-    """Await the chunk's records from an async source, at most `limit` reads at a time."""
+    """Await the chunk's records from an async source, at most `limit` reads at a time.
+
+    `aget_many` must return one record per key, as `__getitems__` must (see `read`).
+    """
     many = getattr(source, "aget_many", None)
     if many is not None:
         try:
             async with limit:
-                chunk.items = list(await many(chunk.keys))
-            return
+                found = list(await many(chunk.keys))
         except Exception:
             pass
+        else:
+            _check_count(source, "aget_many", chunk, found)
+            return
 
     async def one(key: int) -> Any:
         async with limit:

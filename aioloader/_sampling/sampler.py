@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from aioloader._common.validation import require_bool, require_int
 from aioloader._sampling.index_shuffle import index_shuffle_array
 from aioloader._sampling.metadata import RecordMetadata
-from aioloader._sampling.sharding import NoSharding, ShardOptions
+from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 
 _SEED_LIMIT = 2**32  # Grain: "Seed should be positive 32-bit integer."
 
@@ -56,16 +57,37 @@ class SamplerBase:
 
     def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
         """The record keys of the global indices `range(start, stop, step)`, computed together."""
+        indices = self._checked(start, stop, step)
+        return (
+            self._keys(np.arange(indices.start, indices.stop, indices.step, dtype=np.int64))
+            if indices
+            else []
+        )
+
+    def keys_at(self, indices: Sequence[int]) -> list[int]:
+        """The record keys of any increasing global `indices`, computed together."""
+        array = np.asarray(indices, dtype=np.int64)
+        if len(array):
+            self._check_bounds(int(array[0]), int(array[-1]))
+        return self._keys(array) if len(array) else []
+
+    def _keys(self, indices: np.ndarray) -> list[int]:
+        """The record keys of increasing, checked global `indices`."""
         raise NotImplementedError
 
     def _checked(self, start: int, stop: int, step: int) -> range:
         """`range(start, stop, step)`, after checking that every index in it is in range."""
         indices = range(start, stop, require_int("step", step, minimum=1))
-        if indices and (indices[0] < 0 or (self.length is not None and indices[-1] >= self.length)):
-            wrong = indices[0] if indices[0] < 0 else indices[-1]
+        if indices:
+            self._check_bounds(indices[0], indices[-1])
+        return indices
+
+    def _check_bounds(self, first: int, last: int) -> None:
+        """IndexError unless the indices from `first` to `last` are all in range."""
+        if first < 0 or (self.length is not None and last >= self.length):
+            wrong = first if first < 0 else last
             bound = "forever" if self.length is None else f"{self.length}"
             raise IndexError(f"`index` must be in [0, {bound}) for {self!r}, got {wrong}.")
-        return indices
 
     def describe(self) -> dict[str, Any]:
         """What identifies this sampler's output, for checkpoint states."""
@@ -95,7 +117,7 @@ class IndexSampler(SamplerBase):
         seed: int | None = None,
     ) -> None:
         self.num_records = require_int("num_records", num_records, minimum=1)
-        self.shard_options = _check_shard_options(shard_options)
+        self.shard_options = check_shard_options(shard_options)
         self.shuffle = require_bool("shuffle", shuffle)
         self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
         self.seed = _check_seed(seed, shuffle)
@@ -111,14 +133,10 @@ class IndexSampler(SamplerBase):
             return self.num_epochs * self.shard_length * options.shard_count
         return self.num_epochs * self.num_records
 
-    def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
-        indices = self._checked(start, stop, step)
-        if not indices:
-            return []
+    def _keys(self, indices: np.ndarray) -> list[int]:
         if self.shard_length == 0:
             raise IndexError(f"{self.shard_options!r} holds none of the {self.num_records} records.")
-        sequence = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
-        epochs, positions = np.divmod(sequence // self.shard_options.shard_count, self.shard_length)
+        epochs, positions = np.divmod(indices // self.shard_options.shard_count, self.shard_length)
         if self.shuffle:
             positions = self._shuffled(epochs, positions)
         keys: list[int] = (positions + self._start).tolist()
@@ -158,22 +176,20 @@ class SequentialSampler(SamplerBase):
         seed: int | None = None,
     ) -> None:
         self.num_records = require_int("num_records", num_records, minimum=1)
-        self.shard_options = _check_shard_options(shard_options)
+        self.shard_options = check_shard_options(shard_options)
         self.seed = None if seed is None else require_int("seed", seed, minimum=0)
         count = self.shard_options.shard_count
         self.length = num_records // count * count if self.shard_options.drop_remainder else num_records
 
     def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
-        return list(self._checked(start, stop, step))
+        return list(self._checked(start, stop, step))  # no array needed: the keys are the indices
+
+    def _keys(self, indices: np.ndarray) -> list[int]:
+        keys: list[int] = indices.tolist()
+        return keys
 
     def __repr__(self) -> str:
         return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options!r})"
-
-
-def _check_shard_options(shard_options: Any) -> ShardOptions:
-    if not isinstance(shard_options, ShardOptions):
-        raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
-    return shard_options
 
 
 def _check_seed(seed: Any, shuffle: bool) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aioloader._common.validation import require_int
 
@@ -59,3 +60,10 @@ class ShardByJaxProcess(ShardOptions):
         super().__init__(
             shard_index=jax.process_index(), shard_count=jax.process_count(), drop_remainder=drop_remainder
         )
+
+
+def check_shard_options(shard_options: Any) -> ShardOptions:
+    """`shard_options` if it is a ShardOptions (NoSharding and ShardByJaxProcess are)."""
+    if not isinstance(shard_options, ShardOptions):
+        raise TypeError(f"`shard_options` must be a ShardOptions, got {shard_options!r}.")
+    return shard_options

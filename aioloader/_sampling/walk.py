@@ -22,13 +22,16 @@ keep the generators its metadata carries.
 
 from __future__ import annotations
 
+import copy
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from aioloader._common.validation import require_int
+from aioloader._sampling.leftovers import Detour
 from aioloader._sampling.sampler import IndexSampler, SamplerBase
 from aioloader._sampling.sharding import NoSharding, ShardOptions
 
@@ -44,9 +47,18 @@ class Walked:
     """
 
     keys: list[int]
-    indices: range
+    indices: Sequence[int]
     rngs: list[np.random.Generator | None] | None = None
     error: Exception | None = None
+
+    def then(self, later: Walked) -> Walked:
+        """These positions followed by `later`'s (unless these stopped at an error)."""
+        if self.error is not None:
+            return self
+        rngs = None
+        if self.rngs is not None or later.rngs is not None:
+            rngs = (self.rngs or [None] * len(self.keys)) + (later.rngs or [None] * len(later.keys))
+        return Walked(self.keys + later.keys, [*self.indices, *later.indices], rngs, later.error)
 
 
 class Walk:
@@ -59,6 +71,7 @@ class Walk:
     def __init__(self, sampler: Any, shard_options: Any = None) -> None:
         shard = _shard_of(sampler) if shard_options is None else shard_options
         self.sampler = sampler
+        self.detour: Detour | None = None  # see `resumed`
         self._stride, self._offset = shard.shard_count, shard.shard_index
         self._own = isinstance(sampler, SamplerBase)
         self.seed: int | None = sampler.seed if self._own else None
@@ -72,15 +85,32 @@ class Walk:
                 f"records, but a loader would read {self.length or 'infinitely many'} indices from it."
             )
 
+    def resumed(self, detour: Detour) -> Walk:
+        """This walk with `detour` laid on it: where a Grain loader's state left records
+        unread behind its furthest worker (see `aioloader._sampling.leftovers`)."""
+        walk = copy.copy(self)
+        walk.detour = detour
+        return walk
+
     def indices(self, start: int, stop: int) -> range:
-        """The global indices of positions `[start, stop)`."""
+        """The global indices of positions `[start, stop)` (without a detour)."""
         return range(start * self._stride + self._offset, stop * self._stride + self._offset, self._stride)
 
     def walk(self, start: int, stop: int) -> Walked:
         """Keys (and a foreign sampler's generators) of positions `[start, stop)`."""
-        indices = self.indices(start, stop)
+        detour = self.detour
+        if detour is None or start >= detour.frontier:
+            return self._walk(self.indices(start, stop))
+        middle = min(stop, detour.frontier)
+        positions = detour.true_positions(start, middle) * self._stride + self._offset
+        walked = self._walk(positions.tolist())
+        return walked if stop == middle else walked.then(self._walk(self.indices(middle, stop)))
+
+    def _walk(self, indices: Sequence[int]) -> Walked:
         if self._own:
-            return Walked(self.sampler.record_keys(indices.start, indices.stop, indices.step), indices)
+            if isinstance(indices, range):
+                return Walked(self.sampler.record_keys(indices.start, indices.stop, indices.step), indices)
+            return Walked(self.sampler.keys_at(indices), indices)
         keys: list[int] = []
         rngs: list[np.random.Generator | None] = []
         for index in indices:
@@ -94,11 +124,17 @@ class Walk:
         return Walked(keys, indices, rngs)
 
     def describe(self) -> dict[str, Any]:
-        """What identifies the walk's output, for checkpoint states."""
-        if self._own:
-            described: dict[str, Any] = self.sampler.describe()
-            return described
-        return {"type": type(self.sampler).__qualname__, "repr": repr(self.sampler), "shard": self.shard}
+        """What identifies the walk's output, for checkpoint states.
+
+        For aioloader's samplers, the sampler's description, and the walk's
+        shard only where the loader's `shard_options` differ from the sampler's.
+        """
+        if not self._own:
+            return {"type": type(self.sampler).__qualname__, "repr": repr(self.sampler), "shard": self.shard}
+        described: dict[str, Any] = self.sampler.describe()
+        if self.shard != described["shard"][:2]:
+            described["walk"] = self.shard
+        return described
 
     @property
     def makes_rngs_from_seed(self) -> bool:

@@ -26,13 +26,23 @@ class ChunkPlanner:
 
     `multiple` is the batch size when chunks must hold whole batches (else 1):
     every chunk but the sampler's last holds a multiple of it;
-    `max_records` caps a chunk so that several fit in the prefetch window.
+    `max_records` caps a chunk so that several fit in the prefetch window;
+    `first_records` is the first chunk's size before that rounding and cap
+    (more than one only for what `start_prefetch()` reads early).
     """
 
-    def __init__(self, position: Position, length: int | None, multiple: int, max_records: int) -> None:
+    def __init__(
+        self,
+        position: Position,
+        length: int | None,
+        multiple: int,
+        max_records: int,
+        first_records: int = FIRST_CHUNK_RECORDS,
+    ) -> None:
         self._next, self._skip, self._skip_outputs = position
         self._length, self._multiple = length, multiple
         self._max = max(multiple, max_records // multiple * multiple)
+        self._first = first_records
         self._seconds_per_record: float | None = None
 
     def observe(self, records: int, seconds: float) -> None:
@@ -46,7 +56,7 @@ class ChunkPlanner:
     def next_size(self) -> int:
         """How many records the next chunk should hold (a multiple of `multiple`)."""
         if self._seconds_per_record is None:
-            wanted = FIRST_CHUNK_RECORDS
+            wanted = self._first
         else:
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
         multiples = max(1, -(-wanted // self._multiple))
@@ -70,7 +80,7 @@ class ChunkPlanner:
 
 
 def plan_chunks(
-    program: Program, position: Position, max_records: int
+    program: Program, position: Position, max_records: int, first_records: int = FIRST_CHUNK_RECORDS
 ) -> tuple[ChunkPlanner, TailBatcher | None]:
     """How both drivers cut `program`'s work from `position`: its chunk planner, and its tail.
 
@@ -80,6 +90,6 @@ def plan_chunks(
     """
     batch = program.operations.batch
     multiple = batch.batch_size if program.plan is Plan.FUSED and batch is not None else 1
-    planner = ChunkPlanner(position, program.sampler.length, multiple, max_records)
+    planner = ChunkPlanner(position, program.sampler.length, multiple, max_records, first_records)
     tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
     return planner, tail

@@ -23,7 +23,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
@@ -60,12 +59,13 @@ class _Stage:
 class Scheduler:
     """Work for the workers and outputs for the consumer, in order, within the windows."""
 
-    def __init__(self, program: Program, position: Position, read_options: ReadOptions, workers: int) -> None:
+    def __init__(self, program: Program, position: Position, capacity: int, workers: int) -> None:
+        """Work from `position` for `workers` threads, with at most `capacity` records
+        (the first stage's window) read and not yet delivered."""
         self.program = program
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
-        capacity = read_options.prefetch_buffer_size
         # Several chunks per worker must fit in the window, or workers starve.
         self._planner, self._tail = plan_chunks(program, position, capacity // (workers + 1))
         self.records = _Stage(Stage.RECORDS, Window(capacity))
@@ -197,8 +197,14 @@ class Scheduler:
         self._wake_consumer_locked()
 
     def fail(self, error: BaseException) -> None:
-        """A worker or the loop met an error that is not the user's data: stop, and tell the consumer."""
+        """A worker or the loop met an error that is not the user's data: stop, and tell the consumer.
+
+        Once the scheduler is closed, nobody waits for an answer: errors that
+        closing caused (a read cancelled in the pool) are not the consumer's.
+        """
         with self._lock:
+            if self._closed:
+                return
             self._broken = self._broken or error
             self._closed = True
             self._work_ready.notify_all()
@@ -260,7 +266,12 @@ class Scheduler:
             ]
 
     def close(self) -> None:
-        """Stop handing out work and drop every result; idempotent, any thread."""
+        """Stop handing out work and drop every result; idempotent, any thread.
+
+        Segments running on the workers stop before their next read or call
+        of user code (the program's `shutdown`).
+        """
+        self.program.shutdown.set()
         with self._lock:
             self._closed = True
             for stage in (self.records, self._final):

@@ -56,6 +56,11 @@ class ByteBoundedCache(Generic[V]):
             self.put(key, value)
         return value
 
+    def contains(self, key: Hashable) -> bool:
+        """Whether `key` is held now (it may leave at any time; no hit or miss is counted)."""
+        with self._lock:
+            return key in self._entries
+
     def lookup(self, key: Hashable) -> V | None:
         """The value kept for `key`, or None; counted as a hit or a miss."""
         with self._lock:

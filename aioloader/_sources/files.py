@@ -8,9 +8,12 @@ import aiofiles
 
 from aioloader._sources.keys import require_key
 from aioloader._sources.paths import describe_paths, require_paths
+from aioloader._sources.storage.owner import StoreOwner
+from aioloader._sources.storage.store import open_store
+from aioloader._sources.storage.urls import is_url, parse
 
 
-class FilesDataSource:
+class FilesDataSource(StoreOwner):
     """The bytes of each file in `paths`, one record per file, in order.
 
     An `AsyncDataSource`: the loader awaits `aget` on its event loop with at
@@ -21,26 +24,38 @@ class FilesDataSource:
     unless the loop's owner sets another) also bounds the reads that are
     really waiting on the disk at once.
 
+    `paths` may be `s3://bucket/key` URLs (and globs of them, listed when
+    the source is made, in sorted order), reached with `storage_options`
+    (see the README; the AWS_* environment variables otherwise). An object
+    is read whole with one request on the source's storage threads, so
+    `ReadOptions.num_threads` objects are in flight at once.
+
     `source[key]` reads synchronously, for debugging. The paths are not
     checked when the source is made (a million `stat` calls on a network
     disk would not start at once): a missing file is an error when it is
     read, naming the file. Safe to use from any number of threads and loops.
     """
 
-    def __init__(self, paths: Any) -> None:
-        self.paths = require_paths(paths, must_exist=False)
+    def __init__(self, paths: Any, *, storage_options: dict[str, Any] | None = None) -> None:
+        self.paths, self._store = open_store(require_paths(paths, must_exist=False), storage_options)
 
     def __len__(self) -> int:
         return len(self.paths)
 
     async def aget(self, key: int) -> bytes:
         """The bytes of file `paths[key]`, read without blocking the event loop."""
-        async with aiofiles.open(self.paths[require_key(key, len(self.paths))], "rb") as file:
+        path = self.paths[require_key(key, len(self.paths))]
+        if self._store is not None and is_url(path):
+            return await self._store.aread(parse(path))
+        async with aiofiles.open(path, "rb") as file:
             return await file.read()  # type: ignore[no-any-return]
 
     def __getitem__(self, key: int) -> bytes:
         """The bytes of file `paths[key]`, read in this thread."""
-        with open(self.paths[require_key(key, len(self.paths))], "rb") as file:
+        path = self.paths[require_key(key, len(self.paths))]
+        if self._store is not None and is_url(path):
+            return self._store.read(parse(path))
+        with open(path, "rb") as file:
             return file.read()
 
     def __repr__(self) -> str:

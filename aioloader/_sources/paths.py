@@ -6,13 +6,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from aioloader._sources.storage.urls import check_scheme, is_url
+
 
 def require_paths(paths: Any, *, must_exist: bool = True) -> tuple[str, ...]:
     """`paths` as a non-empty tuple of strings, in order.
 
-    Accepts a `str` or `os.PathLike` (one file) or a sequence of them. With
-    `must_exist`, a path that is not a regular file is rejected at once,
-    naming it.
+    Accepts a `str` or `os.PathLike` (one file) or a sequence of them; a
+    str may be an `s3://` URL (any other scheme is rejected). With
+    `must_exist`, a local path that is not a regular file is rejected at
+    once, naming it (an object's existence is checked when it is opened).
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
@@ -25,7 +28,8 @@ def require_paths(paths: Any, *, must_exist: bool = True) -> tuple[str, ...]:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"`paths[{i}]` must be a str or os.PathLike, got {path!r}.")
         path = os.fsdecode(path)
-        if must_exist and not os.path.isfile(path):
+        check_scheme(path, f"paths[{i}]")
+        if must_exist and not is_url(path) and not os.path.isfile(path):
             raise FileNotFoundError(f"`paths[{i}]` is not a file: {path!r}.")
         found.append(path)
     return tuple(found)

@@ -55,6 +55,9 @@ class _Elements:
 # The elements of each name, while some source of that name holds them (weakly:
 # an InMemoryDataSource never keeps its elements alive on its own).
 _NAMED: weakref.WeakValueDictionary[str, _Elements] = weakref.WeakValueDictionary()
+# Names unlinked and not made again: unlinking one of them twice is an error, as in
+# Grain, while a name whose last source was closed (released, above) unlinks quietly.
+_UNLINKED: set[str] = set()
 _NAMED_LOCK = threading.Lock()
 
 
@@ -105,11 +108,13 @@ class InMemoryDataSource:
         self._elements = None
 
     def unlink(self) -> None:
-        """Remove the name: no new source can attach to these elements (FileNotFoundError
-        when the name is already gone, as for shared memory)."""
+        """Remove the name: no new source can attach to these elements. As with Grain's
+        shared memory, `close()` then `unlink()` works, and unlinking a name that was
+        unlinked already is a FileNotFoundError."""
         with _NAMED_LOCK:
-            if _NAMED.pop(self.name, None) is None:
+            if _NAMED.pop(self.name, None) is None and self.name in _UNLINKED:
                 raise FileNotFoundError(f"no InMemoryDataSource named {self.name!r} to unlink")
+            _UNLINKED.add(self.name)
 
     def __str__(self) -> str:
         length = "closed" if self._elements is None else len(self._elements.items)
@@ -131,6 +136,7 @@ def _share(name: str, elements: Sequence[Any] | None) -> _Elements:
             return found
         if found is not None:
             raise FileExistsError(f"an InMemoryDataSource named {name!r} already exists")
+        _UNLINKED.discard(name)
         shared = _NAMED[name] = _Elements(elements)
         return shared
 

@@ -68,7 +68,24 @@ DAMAGE = [
     Spec("damage-grouped", "group_size:3,zstd", 7, sizes=(0, 9, 50)),
     Spec("damage-spanning", "group_size:2,uncompressed", 3, sizes=(40_000,)),
 ]
-ALL = OPTIONS + SHARDS + DAMAGE
+# Grain's layout: one record per chunk, so a batch of keys is a range request per record.
+GRAIN_LAYOUT = Spec("grain-layout", "group_size:1", 300)
+ALL = [*OPTIONS, *SHARDS, *DAMAGE, GRAIN_LAYOUT]
+
+
+def offsets_to_damage(whole: bytes, sample: int | None) -> list[int]:
+    """Every byte that holds something (up to the padding before the last block, and the
+    postscript at its start), or `sample` of them plus every byte of the block headers;
+    and a few bytes of padding."""
+    last_block = len(whole) - 65536
+    end = max(i for i in range(last_block) if whole[i]) + 8  # zeros after this are padding
+    held = [*range(end), *range(last_block, last_block + 160)]
+    rng = random.Random(len(whole))
+    if sample is not None:
+        headers = [b + i for b in range(65536, len(whole), 65536) for i in range(24)]
+        held = sorted({*rng.sample(held, sample), *headers})
+    padding = rng.sample(range(end, last_block), 20)
+    return held + padding
 
 
 def write_all(directory: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aioloader import DataLoader
@@ -12,13 +13,15 @@ async def collect_async(loader: DataLoader) -> list[Any]:
     return [x async for x in loader]
 
 
-def drain(loader: DataLoader) -> tuple[list[Any], BaseException]:
-    """Every output before the error, and the error."""
+def drain(
+    loader: Iterable[Any], errors: type[BaseException] | tuple[type[BaseException], ...] = Exception
+) -> tuple[list[Any], BaseException]:
+    """Every output before the error (one of `errors`), and the error."""
     got: list[Any] = []
     try:
         for item in loader:
             got.append(item)
-    except Exception as error:
+    except errors as error:
         return got, error
     raise AssertionError(f"no error after {len(got)} outputs")
 
@@ -27,7 +30,7 @@ def notes(error: BaseException) -> str:
     return "\n".join(getattr(error, "__notes__", []))
 
 
-def states_at_every_output(loader: DataLoader, count: int) -> list[dict[str, Any]]:
+def states_at_every_output(loader: DataLoader, count: int) -> list[bytes]:
     """The iterator's state before its first output and after each of `count` outputs."""
     with iter(loader) as iterator:
         states = [iterator.get_state()]

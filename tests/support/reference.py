@@ -2,14 +2,20 @@
 
 The transforms live at module level so that they can be copied per thread
 and pickled for other interpreters. `reference_outputs` evaluates a pipeline
-the slow, obvious way (one record at a time, Grain's semantics) so that the
-loader is checked against its meaning, not only against itself.
+the slow, obvious way (one record at a time, Grain's semantics, batches
+stacked with `np.stack` through a tree walk of its own) so that the loader is
+checked against its meaning, not only against itself.
+
+`LateEarly` makes later chunks finish first (see `out_of_order`), so that a
+reassembly that delivered results in the order they finish would fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +32,6 @@ from aioloader import (
     RandomMapTransform,
     RangeDataSource,
 )
-from aioloader._operations.batching import stack
 
 
 class AddOne(MapTransform):
@@ -80,6 +85,63 @@ def plus_two(element: Any) -> Any:
     return element + 2
 
 
+def spin(seconds: float) -> None:
+    """Use `seconds` of this thread's CPU time: chunks are sized by it (about 1 ms each)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class LateEarly(RandomMapTransform):
+    """Makes later chunks finish before earlier ones, deterministically.
+
+    Each record costs 0.3 ms of CPU, so chunks hold a few records. With two
+    worker threads or more, a record whose value is 1 modulo 10 (never in the
+    first chunk, which is one record) waits until another worker has done a
+    record with a greater value: that record is in a later chunk (values are
+    sampler indices with `shuffle=False` and one epoch, and a chunk is one
+    worker's), which so finishes first. One record waits at a time, so that
+    two waits never wait for each other. `overtaken` counts the waits that
+    ended that way; a wait that times out (a window too small for a second
+    chunk) stops all later waits. One object serves every worker
+    (`__deepcopy__`); it is a random map so that it runs in the main
+    interpreter with `executor="interpreter"`, and returns its element.
+    """
+
+    def __init__(self) -> None:
+        self.done: dict[int, str] = {}  # value -> the worker that did it
+        self.changed = threading.Condition()
+        self.waiting = False
+        self.patient = True
+        self.overtaken = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LateEarly:
+        return self
+
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        spin(0.0003)
+        me = threading.current_thread().name
+        with self.changed:
+            if element % 10 == 1 and self.patient and not self.waiting and _on_one_of_several_workers():
+                self.waiting = True
+                if self.changed.wait_for(lambda: self._done_later(element, me), timeout=0.5):
+                    self.overtaken += 1
+                else:
+                    self.patient = False
+                self.waiting = False
+            self.done[element] = me
+            self.changed.notify_all()
+        return element
+
+    def _done_later(self, element: int, me: str) -> bool:
+        return any(value > element and worker != me for value, worker in self.done.items())
+
+
+def _on_one_of_several_workers() -> bool:
+    names = {thread.name for thread in threading.enumerate()}
+    return threading.current_thread().name.startswith("aioloader-worker-") and "aioloader-worker-1" in names
+
+
 @dataclass(frozen=True)
 class Case:
     """A pipeline: a source size, a sampler and operations."""
@@ -116,6 +178,15 @@ CASES = [
     Case("drop-remainder", 29, lambda: [AddOne(), Batch(8, drop_remainder=True)], num_epochs=1),
     Case("async-map", 23, lambda: [async_add_one, Noise(), Batch(3)], num_epochs=2),
     Case("sequential", 30, lambda: [Spread(), KeepSome()], shuffle=False, num_epochs=1),
+    # Later chunks finish first (LateEarly), in the record plan and in the tail plan.
+    Case("out-of-order", 60, lambda: [LateEarly(), Noise()], shuffle=False, num_epochs=1),
+    Case(
+        "out-of-order-tail",
+        60,
+        lambda: [LateEarly(), Spread(), KeepSome(), Batch(4)],
+        shuffle=False,
+        num_epochs=1,
+    ),
 ]
 CASE_IDS = [case.name for case in CASES]
 
@@ -166,10 +237,23 @@ def _reference_batches(batch: Batch, stream: Iterator[tuple[Any, Any]]) -> Itera
     for item in stream:
         group.append(item)
         if len(group) == batch.batch_size:
-            yield (batch.batch_fn or stack)([x for x, _ in group]), group[-1][1]
+            yield (batch.batch_fn or _stacked)([x for x, _ in group]), group[-1][1]
             group = []
     if group and not batch.drop_remainder:
-        yield (batch.batch_fn or stack)([x for x, _ in group]), group[-1][1]
+        yield (batch.batch_fn or _stacked)([x for x, _ in group]), group[-1][1]
+
+
+def _stacked(elements: list[Any]) -> Any:
+    """Grain's default batching, written plainly: the same tree, each leaf `np.stack`ed."""
+    first = elements[0]
+    if isinstance(first, dict):
+        return {key: _stacked([e[key] for e in elements]) for key in first}
+    if isinstance(first, (tuple, list)):
+        leaves = [_stacked([e[k] for e in elements]) for k in range(len(first))]
+        if isinstance(first, list):
+            return leaves
+        return type(first)(*leaves) if hasattr(first, "_fields") else tuple(leaves)
+    return np.stack(elements)
 
 
 def expected(case: Case) -> list[Any]:
@@ -178,9 +262,10 @@ def expected(case: Case) -> list[Any]:
 
 
 def canonical(value: Any) -> Any:
-    """A comparable, hashable form of nested outputs (arrays become (dtype, shape, values))."""
+    """A comparable, hashable form of nested outputs (arrays become (dtype, shape, values));
+    a dict's keys in sorted order, as JAX's tree utilities take them."""
     if isinstance(value, dict):
-        return tuple((k, canonical(v)) for k, v in value.items())
+        return ("dict", tuple(sorted((k, canonical(v)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(canonical(v) for v in value))
     if isinstance(value, np.ndarray | np.generic):

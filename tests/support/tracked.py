@@ -55,3 +55,9 @@ class TrackedSource:
 
     def __getitem__(self, key: int) -> Tracked:
         return Tracked(key)
+
+
+def bound(window: int, workers: int, per_output: int = 1, worker_buffer_size: int = 1) -> int:
+    """`DataLoader`'s bound on records held: the prefetch buffer (`window`), plus
+    `worker_buffer_size` finished outputs of `per_output` records for each worker."""
+    return window + workers * worker_buffer_size * per_output

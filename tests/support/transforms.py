@@ -9,6 +9,7 @@ subinterpreter has its own copy of this module. Some fail on purpose
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -119,4 +120,26 @@ def count_primes_below(n: int) -> int:
 
 class Identity(MapTransform):
     def map(self, element: Any) -> Any:
+        return element
+
+
+def is_long(text: str) -> bool:
+    return len(text) > 2
+
+
+class SlowRecords(MapTransform):
+    """Each record waits `seconds` (as a call to a server would); `entered` is set once
+    a record from `first` on has started. One object serves every worker."""
+
+    def __init__(self, seconds: float, first: int = 0) -> None:
+        self.seconds, self.first = seconds, first
+        self.entered = threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SlowRecords:
+        return self
+
+    def map(self, element: Any) -> Any:
+        if element >= self.first:
+            self.entered.set()
+        time.sleep(self.seconds)
         return element

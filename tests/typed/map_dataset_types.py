@@ -1,4 +1,4 @@
-"""Types flow through a MapDataset pipeline: checked by mypy in tests/test_typing.py.
+"""Types flow through MapDataset and IterDataset pipelines: checked by mypy in tests/test_typing.py.
 
 Each `reveal_type` line ends with the type mypy must reveal; each line marked
 `# error:` must be an error that names what follows the marker.
@@ -58,3 +58,21 @@ shouted = texts.map(Upper())
 reveal_type(shouted)  # aioloader._dataset.base.MapDataset[Any]
 wrong = numbers.map(lambda number: number.upper())  # error: "int" has no attribute "upper"
 twice = texts.map(tokenize).map(tokenize)  # error: Argument 1 to "map" of "MapDataset" has incompatible type
+stream = tokens.to_iter_dataset()
+reveal_type(stream)  # aioloader._dataset.iter_base.IterDataset[list[int]]
+sizes = stream.map(len).filter(lambda size: size > 1)
+reveal_type(sizes)  # aioloader._dataset.iter_base.IterDataset[int]
+reveal_type(iter(sizes))  # aioloader._dataset.iterator.DatasetIterator[int]
+reveal_type(next(iter(sizes)))  # int
+reveal_type(aiter(sizes))  # aioloader._dataset.iterator.AsyncDatasetIterator[int]
+noisy = stream.random_map(jitter, seed=1).map(lambda array: array.tolist())
+reveal_type(noisy)  # aioloader._dataset.iter_base.IterDataset[Any]
+blend = al.IterDataset.mix({"a": sizes, "b": sizes.prefetch(2)}, {"a": 1.0, "b": 3.0})
+reveal_type(blend)  # aioloader._dataset.iter_base.IterDataset[int]
+sums = blend.batch(8, batch_fn=lambda group: sum(group))
+reveal_type(sums)  # aioloader._dataset.iter_base.IterDataset[int]
+rows_of_tokens = al.FirstFitPackIterDataset(stream, length_struct={"tokens": 64}, num_packing_bins=4)
+reveal_type(rows_of_tokens)  # aioloader._dataset.iter_packing.FirstFitPackIterDataset
+for row in rows_of_tokens:
+    reveal_type(row)  # dict[str, Any]
+bad = sizes.map(lambda size: size.upper())  # error: "int" has no attribute "upper"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aioloader._operations.batching import BatchPlan
 from aioloader._program.jobs import Elements
@@ -21,10 +22,7 @@ def test_drop_leading_drops_only_elements_of_the_first_origin() -> None:
     chunk.drop_leading(2)
     assert chunk.items == [12, 20, 21]
     assert chunk.origins == [0, 1, 1]
-    chunk = chunk_of([10, 20, 21], [0, 1, 1])
-    chunk.drop_leading(3)  # the first record gave fewer than 3 now: the rest stay
-    assert chunk.items == [20, 21]
-    assert chunk.origins == [1, 1]
+    assert chunk.failure is None
 
 
 def test_drop_leading_of_nothing_changes_nothing() -> None:
@@ -34,11 +32,31 @@ def test_drop_leading_of_nothing_changes_nothing() -> None:
     assert chunk.origins is None
 
 
-def test_drop_leading_with_one_element_per_origin_drops_at_most_one() -> None:
-    chunk = chunk_of([1, 2, 3], None)
-    chunk.drop_leading(2)
-    assert chunk.items == [2, 3]
-    assert chunk.origins == [1, 2]
+@pytest.mark.parametrize(
+    ("items", "origins", "count"),
+    [([10, 20, 21], [0, 1, 1], 3), ([10, 11, 20], [0, 0, 1], 2), ([1, 2, 3], None, 1), ([], [], 1)],
+    ids=["fewer", "as-many", "one-each", "empty"],
+)
+def test_drop_leading_past_the_first_origin_fails_on_it(
+    items: list[int], origins: list[int] | None, count: int
+) -> None:
+    """A checkpoint inside a record's elements is only taken when more of them follow:
+    a state that skips them all cannot come from this pipeline."""
+    chunk = chunk_of(items, origins, start=5)
+    chunk.drop_leading(count)
+    assert (chunk.items, chunk.origins) == ([], [])
+    assert chunk.failure is not None
+    assert isinstance(chunk.failure.error, ValueError)
+    assert f"`state` skips {count} elements" in str(chunk.failure.error)
+    assert "index=16, record_key=5" in chunk.failure.error.__notes__[0]  # the global index
+
+
+def test_drop_leading_leaves_a_failure_on_the_first_origin_alone() -> None:
+    chunk = chunk_of([10], [0])
+    chunk.failure = chunk.blame(0, KeyError("the record failed"), "operations[0]")
+    chunk.drop_leading(3)  # cut short by the failure: it gave fewer, and the failure comes next
+    assert chunk.items == []
+    assert isinstance(chunk.failure.error, KeyError)
 
 
 def test_cut_over_whole_records_gives_positions_indices_and_generators() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, FilterTransform, IndexSampler, RangeDataSource, ReadOptions
+from aioloader import Batch, FilterTransform, IndexSampler, RangeDataSource
 from aioloader._common.positions import Position
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
@@ -33,7 +33,7 @@ def scheduler_of(
     program = Program(
         RangeDataSource(0, n), Walk(IndexSampler(n, num_epochs=1)), compile_operations(operations), 4
     )
-    return Scheduler(program, position, ReadOptions(prefetch_buffer_size=capacity), workers)
+    return Scheduler(program, position, capacity, workers)
 
 
 def take(scheduler: Scheduler) -> Work:

@@ -103,6 +103,7 @@ def interpreter_runner(program: Program) -> RunnerFactory:
     @contextlib.contextmanager
     def make() -> Iterator[SegmentRunner]:
         with Subinterpreter() as interpreter:
+            program.shutdown.check()  # closed while it started: load nothing, destroy it
             reads_there = _load(interpreter, cargo)
             yield _Runner(program.for_worker(), interpreter, reads_there).run
 

@@ -11,8 +11,10 @@ access (ArrayRecord's `layout.proto`):
   data chunk, in order.
 
 Chunk `i` spans the file from its offset to the next chunk's (or the
-footer's), so one positional read fetches it whole. The chunks a read needs
-are fetched, then verified together (their HighwayHashes, see `riegeli`),
+footer's), so one range read fetches it whole, from a local file or a stored
+object alike (a `Blob`). The chunks a read needs are fetched (a stored
+object's all at once, or beforehand with those of other files: see
+`spans`), then verified together (their HighwayHashes, see `riegeli`),
 then decoded: nothing unverified is decoded, and a damaged chunk is an
 error naming the file, the chunk, its records and the offset of the part
 that does not match.
@@ -20,9 +22,7 @@ that does not match.
 
 from __future__ import annotations
 
-import os
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -40,6 +40,7 @@ from aioloader._sources.arrayrecord.riegeli import (
 from aioloader._sources.arrayrecord.wire import proto_fields, read_varints
 from aioloader._sources.cache import ByteBoundedCache
 from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.storage.blobs import Blob, read_spans
 
 T = TypeVar("T")
 
@@ -53,23 +54,24 @@ class ArrayRecordFile:
     The constructor reads and checks the postscript and the footer; each
     chunk's header is checked against its footer entry when it is read.
     With `verify_checksums`, every hash the format defines is verified
-    before the bytes it covers are used. Thread-safe: reads are `os.pread`
-    calls on one descriptor, and decoded chunks of more than one record go
-    through `cache`, which the files of a data source share.
+    before the bytes it covers are used, whether they come from a local
+    file or a stored object; every message names `blob.name`, the path or
+    the URL. Thread-safe: reads are range reads of `blob`, and decoded
+    chunks of more than one record go through `cache`, which the files of a
+    data source share.
     """
 
-    def __init__(self, path: str, cache: ByteBoundedCache[Records], *, verify_checksums: bool = True) -> None:
-        self.path, self._cache, self._verify = path, cache, verify_checksums
-        self._fd = os.open(path, os.O_RDONLY)
-        # Closed by close(), or when this object is collected (data sources are rarely closed).
-        self._closer = weakref.finalize(self, os.close, self._fd)
+    def __init__(
+        self, blob: Blob, cache: ByteBoundedCache[Records], *, verify_checksums: bool = True
+    ) -> None:
+        self.path, self._blob, self._cache, self._verify = blob.name, blob, cache, verify_checksums
         try:
-            self._size = os.fstat(self._fd).st_size
+            self._size = blob.size
             footer_offset = self._read_postscript()
             self._offsets, self._sizes, counts = self._read_footer(footer_offset)
         except ValueError as error:  # FormatError, or a malformed varint
             self.close()
-            raise FormatError(f"`{path}` is not a valid ArrayRecord file: {error}.") from None
+            raise FormatError(f"`{self.path}` is not a valid ArrayRecord file: {error}.") from None
         except BaseException:
             self.close()
             raise
@@ -80,45 +82,67 @@ class ArrayRecordFile:
     def read_one(self, position: int) -> bytes:
         """The record at `position` (an int in `[0, num_records)`)."""
         chunk, offset = self.index.locate(position)
-        return self._chunks([chunk])[chunk][offset]
+        return self._chunks([chunk], {})[chunk][offset]
 
-    def read(self, positions: list[int]) -> list[bytes]:
-        """The records at `positions`, decoding each chunk they touch once."""
+    def read(self, positions: list[int], fetched: Mapping[int, bytes] | None = None) -> list[bytes]:
+        """The records at `positions`, decoding each chunk they touch once. `fetched` holds the
+        bytes of chunks already read (see `spans`), by chunk number; they are verified as if
+        read here."""
         chunks, offsets = self.index.locate_many(positions)
-        decoded = self._chunks(np.unique(chunks).tolist())
+        decoded = self._chunks(np.unique(chunks).tolist(), fetched or {})
         return read_grouped(chunks, offsets, lambda chunk, at: decoded[chunk].pick(at))
+
+    def spans(self, positions: list[int]) -> list[tuple[int, Blob, int, int]]:
+        """What `read(positions)` would fetch: (chunk, blob, start, end) of each chunk it needs
+        that the cache lacks now, so that a caller can fetch those of many files at once."""
+        chunks, _ = self.index.locate_many(positions)
+        needed = [i for i in np.unique(chunks).tolist() if not self._held(i)]
+        return [(i, self._blob, *self._span(i)) for i in needed]
 
     def close(self) -> None:
         """Close the file (idempotent); reading afterwards raises ValueError."""
-        self._fd = -1
-        self._closer()
+        self._blob.close()
 
-    def _chunks(self, wanted: list[int]) -> dict[int, Records]:
-        """The decoded chunks `wanted`: from the cache, or read, verified together and decoded."""
+    def _chunks(self, wanted: list[int], fetched: Mapping[int, bytes]) -> dict[int, Records]:
+        """The decoded chunks `wanted`: from the cache, or fetched (or read now), verified and decoded."""
         found: dict[int, Records] = {}
         for i in wanted:
-            # Under random access a one-record chunk is read once per epoch:
-            # caching it would only push out chunks that will be read again.
-            cached = self._cache.lookup((self.path, i)) if self.index.counts[i] > 1 else None
+            cached = self._cache.lookup(self._key(i)) if self._cacheable(i) else None
             if cached is not None:
                 found[i] = cached
         missing = [i for i in wanted if i not in found]
-        for i, records in zip(missing, self._decode(missing), strict=True):
+        for i, records in zip(missing, self._decode(missing, fetched), strict=True):
             found[i] = records
-            if self.index.counts[i] > 1:
-                self._cache.put((self.path, i), records)
+            if self._cacheable(i):
+                self._cache.put(self._key(i), records)
         return found
 
-    def _decode(self, wanted: list[int]) -> list[Records]:
-        """Read the chunks `wanted`, verify them all, then decode them."""
+    def _cacheable(self, i: int) -> bool:
+        # Under random access a one-record chunk is read once per epoch:
+        # caching it would only push out chunks that will be read again.
+        return bool(self.index.counts[i] > 1)
+
+    def _held(self, i: int) -> bool:
+        """Whether the cache holds chunk `i` now (it may leave at any time; nothing is counted)."""
+        return self._cacheable(i) and self._cache.contains(self._key(i))
+
+    def _key(self, i: int) -> tuple[str, int]:
+        return (self.path, i)
+
+    def _span(self, i: int) -> tuple[int, int]:
+        """Where chunk `i` starts and ends in the file."""
+        return int(self._offsets[i]), int(self._ends[i])
+
+    def _decode(self, wanted: list[int], fetched: Mapping[int, bytes]) -> list[Records]:
+        """Read the chunks `wanted` (those not in `fetched`), verify them all, then decode them."""
         if not wanted:
             return []
-        if self._fd < 0:
+        if self._blob.closed:
             raise ValueError(f"`{self.path}` was closed.")
-        spans = [(int(self._offsets[i]), int(self._ends[i])) for i in wanted]
+        spans = [self._span(i) for i in wanted]
         try:
-            raws = self._read_spans(spans)
-        except ValueError as error:  # the file shrank since it was opened
+            raws = self._read_spans(wanted, spans, fetched)
+        except FormatError as error:  # the file shrank since it was opened
             raise FormatError(f"`{self.path}`: {error}.") from None
         pairs = list(zip(wanted, raws, spans, strict=True))
         chunks = [self._naming(i, Chunk, raw, begin) for i, raw, (begin, _) in pairs]
@@ -153,15 +177,18 @@ class ArrayRecordFile:
             )
         return decode_simple_chunk(chunk, f"`{self.path}`")
 
-    def _read_spans(self, spans: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes of the file from each `begin` to each `end`."""
-        return [self._pread(begin, end - begin) for begin, end in spans]
+    def _read_spans(
+        self, wanted: list[int], spans: list[tuple[int, int]], fetched: Mapping[int, bytes]
+    ) -> list[bytes]:
+        """The bytes of each chunk `wanted` (at `spans`): from `fetched`, or read now (a stored
+        object's ranges all at once); each must be whole."""
+        unread = [(self._blob, *span) for i, span in zip(wanted, spans, strict=True) if i not in fetched]
+        read = iter(read_spans(unread))
+        raws = [fetched[i] if i in fetched else next(read) for i in wanted]
+        return [_whole(raw, begin, end - begin) for raw, (begin, end) in zip(raws, spans, strict=True)]
 
     def _pread(self, offset: int, size: int) -> bytes:
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise FormatError(f"expected {size} bytes at byte {offset}, the file ends after {len(data)}")
-        return data
+        return _whole(self._blob.read(offset, size), offset, size)
 
     def _verified(self, raw: bytes, position: int) -> Chunk:
         """The chunk that starts `raw`, read at `position`; with verification on, its hashes match."""
@@ -229,6 +256,13 @@ class ArrayRecordFile:
         if not in_order or (len(offsets) and offsets[-1] >= footer_offset):
             raise FormatError("the footer's chunk offsets are not increasing offsets before the footer")
         return offsets, sizes, counts
+
+
+def _whole(data: bytes, offset: int, size: int) -> bytes:
+    """`data`, read at `offset`, if it is all `size` bytes asked for (a file that ends early is damaged)."""
+    if len(data) != size:
+        raise FormatError(f"expected {size} bytes at byte {offset}, the file ends after {len(data)}")
+    return data
 
 
 def _footer_metadata(record: bytes) -> tuple[int, int, int]:

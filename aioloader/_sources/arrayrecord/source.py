@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol
+
+import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
 from aioloader._sources.arrayrecord.reader import ArrayRecordFile
@@ -19,6 +22,10 @@ from aioloader._sources.arrayrecord.riegeli import FormatError, Records
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.keys import KeyIndex, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
+from aioloader._sources.storage.blobs import open_blob, read_spans
+from aioloader._sources.storage.owner import StoreOwner
+from aioloader._sources.storage.store import ObjectStore, open_all, open_store
+from aioloader._sources.storage.urls import is_url
 
 READERS = ("auto", "builtin", "array_record")
 READER_ENV = "AIOLOADER_ARRAY_RECORD_READER"
@@ -35,7 +42,7 @@ class _File(Protocol):
     def close(self) -> None: ...
 
 
-class ArrayRecordDataSource:
+class ArrayRecordDataSource(StoreOwner):
     """The records of one or more ArrayRecord files, in the order of `paths`, as `bytes`.
 
     `reader` picks who reads the files: `"array_record"` (Google's package),
@@ -55,13 +62,24 @@ class ArrayRecordDataSource:
     HighwayHash of each block header, chunk header and chunk data) before
     it uses the bytes, so a changed byte anywhere in a file is a ValueError
     naming the file, the chunk, its records and the offset, never other
-    records. `verify_checksums=False` skips the hashes (for storage you
-    trust: they cost about as much as reading, more for large chunks); sizes
+    records. The hash is C, compiled on first use (NumPy, a few hundred
+    times slower, with a warning, where no C compiler works; see the
+    README's "Damaged files"). `verify_checksums=False` skips the hashes
+    (for storage you trust: they add about 15% to a read); sizes
     and counts are still checked, so a truncated or foreign file is still an
     error. `array_record`'s reader verifies the chunk header and chunk data
     hashes itself, whatever `verify_checksums` says. Files are checked when
     the source is made (signature, postscript, footer) and each chunk when
     it is read; every message names the file.
+
+    `paths` may be `s3://bucket/key` URLs (and globs of them, expanded in
+    sorted order), read by the built-in reader with `storage_options` (see
+    the README: credentials, endpoint, region; the AWS_* environment
+    variables otherwise), and verified as local files are. Each file's
+    footer is read once, when the source is made (the files concurrently);
+    `__getitems__` then fetches every chunk its keys need at once, in one
+    round of concurrent range requests. A failed request is an OSError
+    naming the URL, never a credential.
 
     Thread-safe: any number of threads may read at once.
     """
@@ -73,17 +91,21 @@ class ArrayRecordDataSource:
         reader: str = "auto",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         verify_checksums: bool = True,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.paths = require_paths(paths)
-        self.reader = _choose_reader(reader)
+        paths = require_paths(paths)
+        self.reader = _choose_reader(reader, remote=any(map(is_url, paths)))
         self.verify_checksums = require_bool("verify_checksums", verify_checksums)
         self._cache: ByteBoundedCache[Records] = ByteBoundedCache(
             require_int("cache_bytes", cache_bytes, minimum=0)
         )
+        self.paths, self._store = open_store(paths, storage_options)
         self._files: list[_File] = []
         try:
-            for path in self.paths:
-                self._files.append(_open(path, self.reader, self._cache, self.verify_checksums))
+            opener = partial(
+                _open, reader=self.reader, store=self._store, cache=self._cache, verify=self.verify_checksums
+            )
+            self._files = open_all(self.paths, self._store, opener, close=_close)
         except BaseException:
             self.close()
             raise
@@ -99,26 +121,41 @@ class ArrayRecordDataSource:
     def __getitems__(self, keys: Sequence[int]) -> list[bytes]:
         """The records at `keys`, in order, with one read per file and one decode per chunk."""
         files, positions = self._index.locate_many(keys)
-        return read_grouped(files, positions, lambda file, at: self._files[file].read(at))
+        if self._store is None:
+            return read_grouped(files, positions, lambda file, at: self._files[file].read(at))
+        fetched = self._fetch(files, positions)
+        return read_grouped(
+            files, positions, lambda file, at: self._builtin(file).read(at, fetched.get(file))
+        )
 
     def cache_statistics(self) -> CacheStatistics:
         """The decoded-chunk cache of the built-in reader (empty for `array_record`)."""
         return self._cache.statistics()
 
-    def close(self) -> None:
-        """Close every file (idempotent); reading afterwards raises."""
+    def _release(self) -> None:
         for file in self._files:
             file.close()
         self._cache.clear()
 
-    def __enter__(self) -> ArrayRecordDataSource:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"ArrayRecordDataSource({describe_paths(self.paths)}, reader={self.reader!r})"
+
+    def _builtin(self, file: int) -> ArrayRecordFile:
+        reader = self._files[file]
+        assert isinstance(reader, ArrayRecordFile)  # s3:// URLs are read by the built-in reader
+        return reader
+
+    def _fetch(self, files: np.ndarray, positions: np.ndarray) -> dict[int, dict[int, bytes]]:
+        """Every chunk that reading `positions` of `files` needs and the cache lacks, fetched at once
+        (the bytes only: `ArrayRecordFile.read` verifies them): by file, then by chunk."""
+        wanted = []
+        for file in np.unique(files).tolist():
+            wanted += [(file, *span) for span in self._builtin(file).spans(positions[files == file].tolist())]
+        fetched: dict[int, dict[int, bytes]] = {}
+        data = read_spans([(blob, start, end) for _, _, blob, start, end in wanted])
+        for (file, chunk, *_), raw in zip(wanted, data, strict=True):
+            fetched.setdefault(file, {})[chunk] = raw
+        return fetched
 
 
 def array_record_installed() -> bool:
@@ -129,11 +166,16 @@ def array_record_installed() -> bool:
         return False
 
 
-def _choose_reader(reader: Any) -> str:
+def _choose_reader(reader: Any, *, remote: bool) -> str:
     if reader not in READERS:
         raise ValueError(f"`reader` must be one of {READERS}, got {reader!r}.")
+    if reader == "array_record" and remote:
+        raise ValueError(
+            "`reader='array_record'` reads local files only; s3:// URLs are read by reader='builtin' "
+            "(or 'auto')."
+        )
     if reader == "auto":
-        reader = os.environ.get(READER_ENV) or "auto"
+        reader = "builtin" if remote else os.environ.get(READER_ENV) or "auto"
         if reader not in READERS:
             raise ValueError(
                 f"the environment variable {READER_ENV} must be one of {READERS}, got {reader!r}."
@@ -148,10 +190,17 @@ def _choose_reader(reader: Any) -> str:
     return str(reader)
 
 
-def _open(path: str, reader: str, cache: ByteBoundedCache[Records], verify_checksums: bool) -> _File:
-    if reader == "builtin":
-        return ArrayRecordFile(path, cache, verify_checksums=verify_checksums)
-    return _NativeFile(path)
+def _close(file: _File) -> None:
+    file.close()
+
+
+def _open(
+    path: str, reader: str, store: ObjectStore | None, cache: ByteBoundedCache[Records], verify: bool
+) -> _File:
+    if reader == "array_record":
+        return _NativeFile(path)
+    # ArrayRecordFile closes the blob if the file is not valid.
+    return ArrayRecordFile(open_blob(path, store), cache, verify_checksums=verify)
 
 
 class _NativeFile:

@@ -1,0 +1,113 @@
+"""Calling the user's code on many elements: a stray StopIteration is an error, and a close stops it.
+
+Two things go wrong when user code is applied with `map` and collected with
+`list.extend`, at C speed:
+
+* a `StopIteration` that escapes the user's function (a stray `next()` on an
+  exhausted iterator) looks to `map` like the end of its input, so the
+  elements after it vanish without a word. Here, as PEP 479 does for
+  generators, it becomes a `RuntimeError` whose cause is the StopIteration
+  (`stray_stop`); a `StopAsyncIteration` too, which would end an `async for`.
+* a chunk of slow calls (reads that wait on a disk, a map that calls a
+  server) cannot be interrupted, and `close()` would wait for the whole
+  chunk. Here every call first checks the engine's `Shutdown`, and raises
+  `Stopped` once it is set: a closed loader waits for one call, not a chunk.
+
+`calls` and `paired_calls` are generators (a Python loop, about a plain loop's
+cost per element); `checked` wraps a function for a thread pool's `map`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+
+class Stopped(BaseException):
+    """The loader was closed while this work ran: it is abandoned, not failed.
+
+    A BaseException, so that the `except Exception` that catches the user's
+    errors lets it through to the worker (or the inline driver), which ends.
+    """
+
+
+class Shutdown:
+    """Set once, by `close()` from any thread; read between calls of user code.
+
+    A plain attribute: setting it is atomic, and reading it costs one load.
+    """
+
+    __slots__ = ("closing",)
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def set(self) -> None:
+        self.closing = True
+
+    def check(self) -> None:
+        """Raise `Stopped` if the loader is closing."""
+        if self.closing:
+            raise Stopped
+
+
+NEVER = Shutdown()  # for work that nothing closes (a subinterpreter's side of a chunk)
+
+
+def stray_stop(error: BaseException, what: str) -> BaseException:
+    """`error`, or a RuntimeError from it if it is a StopIteration or StopAsyncIteration.
+
+    Those two mean "the end" to whatever iterates over the results, so they
+    may not travel as the user's error (PEP 479 does the same for generators).
+    """
+    if not isinstance(error, (StopIteration, StopAsyncIteration)):
+        return error
+    wrapped = RuntimeError(f"{what} raised {type(error).__name__}")
+    wrapped.__cause__ = error
+    wrapped.__traceback__ = error.__traceback__
+    return wrapped
+
+
+def calls(
+    function: Callable[[Any], Any], items: Iterable[Any], what: str, shutdown: Shutdown
+) -> Iterator[Any]:
+    """`function(item)` for each item, in order (see the module docstring)."""
+    for item in items:
+        if shutdown.closing:
+            raise Stopped
+        try:
+            result = function(item)
+        except StopIteration as error:
+            raise stray_stop(error, what) from error
+        yield result
+
+
+def paired_calls(
+    function: Callable[[Any, Any], Any],
+    items: Iterable[Any],
+    others: Iterable[Any],
+    what: str,
+    shutdown: Shutdown,
+) -> Iterator[Any]:
+    """`function(item, other)` for each pair, in order (see the module docstring)."""
+    for item, other in zip(items, others, strict=True):
+        if shutdown.closing:
+            raise Stopped
+        try:
+            result = function(item, other)
+        except StopIteration as error:
+            raise stray_stop(error, what) from error
+        yield result
+
+
+def checked(function: Callable[[Any], Any], what: str, shutdown: Shutdown) -> Callable[[Any], Any]:
+    """`function`, checking `shutdown` before each call and turning a StopIteration into an error."""
+
+    def call(item: Any) -> Any:
+        shutdown.check()
+        try:
+            return function(item)
+        except StopIteration as error:
+            raise stray_stop(error, what) from error
+
+    return call

@@ -1,0 +1,255 @@
+"""`IterDataset.map`, `random_map`, `filter` and `batch`.
+
+Right after a parallel part, each joins it and runs on the engine's workers, in chunks
+(see `parallel`); after something that runs in order (a mix, a packer, a second batch),
+it runs in order too, as a stage of its own here. The elements are the same either way,
+and Grain's: a map skips a `None` (kept by `allow_nones`), a filter keeps what its
+predicate is true for, a batch stacks `batch_size` consecutive elements across epochs
+(the last one shorter unless `drop_remainder`).
+
+`random_map`'s generator is Grain's for its seed (Philox, counter `[0, 0, 0, index]`).
+In order, `index` counts the elements the map has seen, as in Grain. In a parallel part
+it is the index of the element's record in the MapDataset (of its batch, after the
+part's batch: the batch's first record index over the batch size), which keeps the
+workers independent: the same as Grain's count unless a filter or a `None` hole came
+before the map, and, either way, the same for every worker count.
+
+Errors from the user's function keep their type and traceback, with a note naming the
+transformation and the element; a StopIteration from it becomes a RuntimeError (it
+would otherwise end the iteration and lose the elements after it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from aioloader._common.calls import stray_stop
+from aioloader._common.validation import require_bool, require_int
+from aioloader._dataset.base import require_seed
+from aioloader._dataset.functions import add_note, resolve
+from aioloader._dataset.iter_base import IterDataset
+from aioloader._dataset.mapping import rng_factory
+from aioloader._dataset.stages import Part, Plan, Settings, Stage, as_stage, state_fields
+from aioloader._operations.batching import stack
+from aioloader._operations.transforms import Batch, Kind, Prepared
+
+T = TypeVar("T")
+
+
+class _ElementwiseIterDataset(IterDataset[Any]):
+    """One of map, random_map and filter: it joins a parallel part, or runs in order."""
+
+    kind: Kind
+
+    def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._function, self._what = resolve(self.kind.value, transform)
+        self._name = f"IterDataset.{self.kind.value}"
+
+    def _plan(self, settings: Settings) -> Plan:
+        plan = self._parent._plan(settings)
+        if isinstance(plan, Part):
+            joined = plan.joined(self._prepared(plan))
+            if joined is not None:
+                return joined
+        return self._stage(as_stage(plan))
+
+    def _prepared(self, part: Part) -> Prepared:
+        """This transformation for the engine, at the end of `part`."""
+        return Prepared(self.kind, self._function, self._name, self._what)
+
+    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self._parent!r}.{self.kind.value}({self._what})"
+
+
+class MapIterDataset(_ElementwiseIterDataset):
+    """`function(x)` for every element `x`."""
+
+    kind = Kind.MAP
+
+    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+        return MapStage(parent, self._function, f"{self._name} ({self._what})")
+
+
+class RandomMapIterDataset(_ElementwiseIterDataset):
+    """`function(x, rng)` for every element `x`, with Grain's generator for its index."""
+
+    kind = Kind.RANDOM_MAP
+
+    def __init__(self, parent: IterDataset[Any], transform: Any, seed: int | None) -> None:
+        super().__init__(parent, transform)
+        self._seed = require_seed(seed, self._default_seed, "random_map")
+        self._new_rng = rng_factory(self._seed)
+
+    def _prepared(self, part: Part) -> Prepared:
+        size = getattr(part, "batch_size", None)
+        new_rng = self._new_rng if size is None else _BatchRngs(self._new_rng, size)
+        return Prepared(self.kind, self._function, self._name, self._what, new_rng)
+
+    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+        return RandomMapStage(parent, self._function, f"{self._name} ({self._what})", self._new_rng)
+
+
+class FilterIterDataset(_ElementwiseIterDataset):
+    """The elements for which `predicate(element)` is true."""
+
+    kind = Kind.FILTER
+
+    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+        return FilterStage(parent, self._function, f"{self._name} ({self._what})")
+
+
+class BatchIterDataset(IterDataset[Any]):
+    """Batches of `batch_size` consecutive elements."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        batch_size: int,
+        drop_remainder: bool,
+        batch_fn: Callable[[list[Any]], Any] | None,
+    ) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._batch = Batch(
+            require_int("batch_size", batch_size, minimum=1),
+            require_bool("drop_remainder", drop_remainder),
+            batch_fn,
+        )
+
+    def _plan(self, settings: Settings) -> Plan:
+        plan = self._parent._plan(settings)
+        if isinstance(plan, Part):
+            joined = plan.joined(self._batch)
+            if joined is not None:
+                return joined
+        return BatchStage(as_stage(plan), self._batch)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self._parent!r}.batch({self._batch.batch_size}, drop_remainder={self._batch.drop_remainder})"
+        )
+
+
+class _BatchRngs:
+    """A random map's generators after a part's batch: batch `b` (first record `f`) draws
+    from index `f // batch_size`, which is `b` when nothing was dropped before it."""
+
+    def __init__(self, new_rng: Callable[[int], np.random.Generator], batch_size: int) -> None:
+        self._new_rng, self._size = new_rng, batch_size
+
+    def __call__(self, first_record: int) -> np.random.Generator:
+        return self._new_rng(first_record // self._size)
+
+
+class _CountingStage(Stage[Any]):
+    """A stage over one parent that counts the elements it took (for error notes)."""
+
+    def __init__(self, parent: Stage[Any], label: str) -> None:
+        super().__init__((parent,))
+        self._parent, self._label, self._taken = parent, label, 0
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` on the element just taken, its errors named and noted."""
+        try:
+            return function(*args)
+        except StopIteration as error:
+            wrapped = stray_stop(error, self._label)
+            add_note(wrapped, self._label, self._taken - 1)
+            raise wrapped from error
+        except Exception as error:
+            add_note(error, self._label, self._taken - 1)
+            raise
+
+    def _take(self) -> Any:
+        element = next(self._parent)
+        self._taken += 1
+        return element
+
+    def snapshot(self) -> Any:
+        return self._parent.snapshot()  # nothing of its own: Grain's map, filter and batch
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        return self._parent.state_of(token)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state)
+
+
+class MapStage(_CountingStage):
+    def __init__(self, parent: Stage[Any], function: Callable[[Any], Any], label: str) -> None:
+        super().__init__(parent, label)
+        self._function = function
+
+    def __next__(self) -> Any:
+        element = self._take()
+        return None if element is None else self._call(self._function, element)
+
+
+class FilterStage(_CountingStage):
+    def __init__(self, parent: Stage[Any], predicate: Callable[[Any], Any], label: str) -> None:
+        super().__init__(parent, label)
+        self._predicate = predicate
+
+    def __next__(self) -> Any:
+        while True:
+            element = self._take()
+            if self._call(self._predicate, element):
+                return element
+
+
+class RandomMapStage(_CountingStage):
+    """A random map in order: element `n` (counted from the start) draws from index `n`."""
+
+    def __init__(
+        self,
+        parent: Stage[Any],
+        function: Callable[[Any, np.random.Generator], Any],
+        label: str,
+        new_rng: Callable[[int], np.random.Generator],
+    ) -> None:
+        super().__init__(parent, label)
+        self._function, self._new_rng, self._index = function, new_rng, 0
+
+    def __next__(self) -> Any:
+        element = self._take()
+        index, self._index = self._index, self._index + 1
+        return None if element is None else self._call(self._function, element, self._new_rng(index))
+
+    def snapshot(self) -> Any:
+        return self._parent.snapshot(), self._index
+
+    def state_of(self, token: Any) -> dict[str, Any]:
+        parent, index = token
+        return {"stage": "random_map", "parent": self._parent.state_of(parent), "index": index}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        parent, index = state_fields(state, "random_map", ("parent", "index"))
+        self._parent.set_state(parent)
+        self._index = require_int("state['index']", index, minimum=0)
+
+
+class BatchStage(_CountingStage):
+    """A batch in order: up to `batch_size` elements, stacked (or given to `batch_fn`)."""
+
+    def __init__(self, parent: Stage[Any], batch: Batch) -> None:
+        super().__init__(parent, f"IterDataset.batch({batch.batch_size})")
+        self._batch = batch
+        self._combine = batch.batch_fn or stack
+
+    def __next__(self) -> Any:
+        elements: list[Any] = []
+        try:
+            while len(elements) < self._batch.batch_size:
+                elements.append(self._take())
+        except StopIteration:
+            if not elements or self._batch.drop_remainder:
+                raise
+        return self._call(self._combine, elements)

@@ -1,0 +1,363 @@
+"""The iterators of an IterDataset: `DatasetIterator` (for) and `AsyncDatasetIterator` (async for).
+
+They mirror each other name for name (`close`/`aclose`, `__next__`/`__anext__`), as the
+DataLoader's iterators do. Each runs one compiled pipeline, built afresh by `set_state`:
+
+* a pipeline that is one parallel part runs as its DataLoader's iterator: the engine's
+  worker threads, the caller's loop for `async for`, the engine's device thread for
+  `device_put`;
+* a pipeline with stages that run in order (a mix, a packer, ...) runs them in the
+  caller's thread as it asks, for `for`; for `async for`, or with `device_put`, a thread
+  of its own (`aioloader-dataset-{n}`) runs them a few outputs ahead (`Background`), so
+  that the loop stays free and the transfer overlaps the training step.
+
+The state is `{"version": 1, "dataset": <the pipeline's state>}`: small JSON, the same for
+`for` and `async for`, for any worker count; `set_state` also takes it as JSON text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+import weakref
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from aioloader._dataset.iter_base import IterDataset
+from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
+from aioloader._dataset.prefetch import DevicePutIterDataset
+from aioloader._dataset.stages import Plan, Settings, Stage, as_stage
+from aioloader._device.device_put import DevicePut
+from aioloader._device.handoff import Handoff
+from aioloader._iteration.iterators import AsyncDataLoaderIterator
+from aioloader._iteration.state import CheckpointableIterator
+
+T = TypeVar("T")
+
+STATE_VERSION = 1
+_BACKGROUND_BUFFER = 2  # outputs a background thread runs ahead, without `device_put`
+_JOIN_SECONDS = 2.0
+_names = itertools.count()
+
+
+def _compile(dataset: IterDataset[Any]) -> tuple[Plan, DevicePut | None]:
+    """The dataset's pipeline, and the device stage after it (if `device_put` ends it)."""
+    if isinstance(dataset, DevicePutIterDataset):
+        return dataset.parent._plan(Settings()), dataset.device
+    return dataset._plan(Settings()), None
+
+
+class Background:
+    """A stage run by a thread of its own, a few outputs ahead of the consumer.
+
+    Each output travels with the stage's snapshot after it, so that the consumer's state
+    is the one after the last output it took. An error travels in order and ends the run.
+    """
+
+    def __init__(self, stage: Stage[Any], device_put: DevicePut | None) -> None:
+        size = _BACKGROUND_BUFFER if device_put is None else device_put.buffer_size
+        self._handoff: Handoff[tuple[Any, Any] | BaseException] = Handoff(size)
+        self._thread = threading.Thread(
+            target=_produce,
+            args=(stage, device_put, self._handoff),
+            name=f"aioloader-dataset-{next(_names)}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def get(self) -> tuple[Any, Any] | None:
+        """The next output and the snapshot after it (blocking); None at the end."""
+        return _unwrap(self._handoff.get())
+
+    async def aget(self) -> tuple[Any, Any] | None:
+        """`get` on the consumer's loop, which it does not block."""
+        return _unwrap(await self._handoff.aget())
+
+    def stop(self) -> None:
+        """Take nothing more: the thread ends at its next output (close the stage too, so
+        that it is not left waiting for one)."""
+        self._handoff.close(drop=True)
+
+    def join(self) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_SECONDS)
+
+    async def ajoin(self) -> None:
+        """`join` on the consumer's loop, which it does not block."""
+        deadline = time.monotonic() + _JOIN_SECONDS
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+
+def _produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
+    """The background thread: every output of `stage`, with its snapshot, into `handoff`."""
+    try:
+        for count, item in enumerate(stage, 1):
+            if device_put is not None:
+                item = device_put.transfer(item, (count, 0, 0))  # a failure names output `count - 1`
+            if not handoff.put((item, stage.snapshot())):
+                return
+            del item
+    except BaseException as error:
+        handoff.put(error)
+    finally:
+        handoff.close()
+
+
+def _unwrap(found: tuple[Any, Any] | BaseException | None) -> tuple[Any, Any] | None:
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+_NOW = object()  # no token kept: the state is the stage's own, now
+
+
+class _Run:
+    """One compiled pipeline and where its consumer is: what `set_state` replaces.
+
+    `stage` runs in the consumer's thread, or in `background` (for `async for`, or with
+    a device stage after stages in order); `loader` is set instead when an async
+    pipeline is one parallel part. `token` is the stage's snapshot the state comes
+    from when it is not the stage's state now: the one after the last output taken
+    from the background, or the one before an output that failed.
+    """
+
+    def __init__(self, dataset: IterDataset[Any], asynchronous: bool) -> None:
+        plan, device = _compile(dataset)
+        self.loader: AsyncDataLoaderIterator | None = None
+        self.stage: Stage[Any] | None = None
+        self.device: DevicePut | None = None
+        self.in_background = False
+        if isinstance(plan, EnginePart):
+            if asynchronous:
+                self.loader = aiter(plan.loader(device))
+            else:
+                self.stage = plan.build(device)
+        else:
+            self.stage, self.device = as_stage(plan), device
+            self.in_background = asynchronous or device is not None
+        # A parallel part keeps its own state right when it fails; stages in order do not.
+        self.snapshots = self.stage is not None and not isinstance(self.stage, EngineStage)
+        self.background: Background | None = None
+        self.token: Any = _NOW
+        self.closed = False
+
+    def next(self) -> Any:
+        """The next output, in the consumer's thread; closes the run at the end or on an error."""
+        stage = self.stage
+        assert stage is not None
+        try:
+            if self.closed:
+                raise StopIteration
+            if self.in_background:
+                return self._from_background()
+            if not self.snapshots:
+                return next(stage)
+            before = stage.snapshot()
+            try:
+                return next(stage)
+            except StopIteration:
+                raise
+            except BaseException:
+                self.token = before  # the stage took the failed element in: the state is from before it
+                raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _from_background(self) -> Any:
+        found = self._background().get()
+        if found is None:
+            raise StopIteration
+        item, self.token = found
+        return item
+
+    async def anext(self) -> Any:
+        """The next output, on the consumer's loop; closes the run at the end or on an error."""
+        if self.loader is not None:
+            return await self.loader.__anext__()  # it closes itself at the end and on an error
+        try:
+            found = None if self.closed else await self._background().aget()
+        except BaseException:
+            await self.aclose()
+            raise
+        if found is None:
+            await self.aclose()
+            raise StopAsyncIteration
+        item, self.token = found
+        return item
+
+    def _background(self) -> Background:
+        if self.background is None:
+            assert self.stage is not None
+            self.token = self.stage.snapshot()
+            self.background = Background(self.stage, self.device)
+        return self.background
+
+    def get_state(self) -> dict[str, Any]:
+        if self.loader is not None:
+            return engine_state(self.loader.get_state())
+        assert self.stage is not None
+        if self.token is _NOW:
+            return self.stage.get_state()
+        return self.stage.state_of(self.token)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Resume a fresh run (before its first output) from `state`."""
+        if self.loader is not None:
+            self.loader.set_state(loader_state(state))
+        else:
+            assert self.stage is not None
+            self.stage.set_state(state)
+
+    def _stop(self) -> None:
+        """Take nothing more, and stop the engines (the background thread then ends)."""
+        self.closed = True
+        if self.background is not None:
+            self.background.stop()
+        if self.stage is not None:
+            self.stage.close()
+
+    def close(self) -> None:
+        """Stop every thread of the run (from any thread); idempotent."""
+        self._stop()
+        if self.background is not None:
+            self.background.join()
+
+    async def aclose(self) -> None:
+        """`close` on the consumer's loop, waiting for the threads without blocking it."""
+        if self.loader is not None:
+            await self.loader.aclose()
+        self._stop()
+        if self.background is not None:
+            await self.background.ajoin()
+
+
+class _Holder:
+    """Owns the current run; the iterator's finalizer closes it without a reference to
+    the iterator, so that garbage collection can run it."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def close(self) -> None:
+        self.run.close()
+
+
+class _Iterator(CheckpointableIterator, Generic[T]):
+    """What both iterators share: the dataset, the current run, and the state."""
+
+    _asynchronous = False
+
+    def __init__(self, dataset: IterDataset[T]) -> None:
+        self._dataset = dataset
+        self._holder = _Holder(_Run(dataset, self._asynchronous))
+        weakref.finalize(self, _Holder.close, self._holder)
+
+    def get_state(self) -> dict[str, Any]:
+        """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,
+        whatever its worker count, resumes right after the last output delivered."""
+        return {"version": STATE_VERSION, "dataset": self._holder.run.get_state()}
+
+    def set_state(self, state: dict[str, Any] | str | bytes) -> None:
+        """Continue from `state` (made by `get_state` of the same pipeline, or its JSON).
+
+        What was read ahead is dropped; a closed or ended iterator is open again. A state
+        of another pipeline is a ValueError that names what differs.
+        """
+        fresh = _Run(self._dataset, self._asynchronous)
+        try:
+            fresh.set_state(_dataset_state(state))
+        except BaseException:
+            fresh.close()
+            raise
+        old, self._holder.run = self._holder.run, fresh
+        old.close()
+
+
+class DatasetIterator(_Iterator[T]):
+    """Iterates an IterDataset in the caller's thread; see `IterDataset`.
+
+    `next()` blocks until the next output is ready. It raises the user's exception from a
+    read or a transformation once every output before it was delivered, with a note
+    naming the transformation and the element, and the iterator is then closed; it
+    raises StopIteration at the end. `close()` stops and joins every thread it started
+    (dropping the iterator does too).
+    """
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        item: T = self._holder.run.next()
+        return item
+
+    def next(self) -> T:
+        """The next output (as `next(iterator)`)."""
+        return next(self)
+
+    def close(self) -> None:
+        """Stop and join every thread this iterator started. Idempotent; `get_state()` still
+        works afterwards, and `set_state()` opens the iterator again."""
+        self._holder.run.close()
+
+    def __enter__(self) -> DatasetIterator[T]:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncDatasetIterator(_Iterator[T]):
+    """Iterates an IterDataset on the running event loop; see `IterDataset`.
+
+    The user's code runs on worker threads (or the pipeline's own thread), so other tasks
+    on the loop keep running meanwhile.
+    """
+
+    _asynchronous = True
+
+    def __aiter__(self) -> AsyncDatasetIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        item: T = await self._holder.run.anext()
+        return item
+
+    async def aclose(self) -> None:
+        """Stop every thread this iterator started and let go of what it holds.
+        Idempotent; `get_state()` still works afterwards, and `set_state()` opens the
+        iterator again."""
+        await self._holder.run.aclose()
+
+    async def __aenter__(self) -> AsyncDatasetIterator[T]:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _dataset_state(state: Any) -> dict[str, Any]:
+    """The pipeline's state inside an iterator's state (a dict, or its JSON)."""
+    if isinstance(state, (str, bytes)):
+        try:
+            state = json.loads(state)
+        except ValueError as error:
+            raise ValueError(f"`state` is not JSON: {error}.") from None
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION or "dataset" not in state:
+        raise ValueError(
+            f"`state` must be made by an IterDataset iterator's get_state() (version {STATE_VERSION}), "
+            f"got {state!r:.200}."
+        )
+    inner = state["dataset"]
+    if not isinstance(inner, dict):
+        raise ValueError(f"`state['dataset']` must be a dict, got {inner!r:.200}.")
+    return inner

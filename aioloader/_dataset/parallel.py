@@ -1,0 +1,184 @@
+"""The parallel part of an IterDataset pipeline, on aioloader's engine.
+
+`MapDataset.to_iter_dataset()` starts a part (`ToIterDataset`, Grain's
+`PrefetchIterDataset`): the MapDataset read by index in order, without its `None`
+holes. The maps, random maps and filters that follow join the part, and so does one
+batch, with the maps and filters after it (see `iter_mapping`), until something that
+must run in order comes (a mix, a window shuffle, an interleave, a packer, a second
+batch).
+
+A part compiles to a `DataLoader`: its data source is the MapDataset (`ds[i]`, and
+`ds._getitems(keys)` for a chunk of indices), its sampler gives the indices 0, 1, 2, ...
+in order, and its operations are the part's. It runs on the DataLoader's engine, the
+only one there is: the scheduler, the worker threads or subinterpreters, the ordered
+reassembly, the device stage. Its checkpoint is the DataLoader iterator's state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from aioloader._common.options import ReadOptions
+from aioloader._common.positions import Position
+from aioloader._common.validation import require_bool
+from aioloader._dataset.base import MapDataset
+from aioloader._dataset.iter_base import IterDataset
+from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
+from aioloader._device.device_put import DevicePut
+from aioloader._iteration.iterators import DataLoaderIterator, position_of, state_at
+from aioloader._loader import DataLoader
+from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
+from aioloader._sampling.sampler import IndexSampler
+
+T = TypeVar("T")
+
+
+class ToIterDataset(IterDataset[T]):
+    """`MapDataset.to_iter_dataset(read_options, allow_nones=)`: the start of a parallel part."""
+
+    def __init__(self, parent: MapDataset[T], read_options: Any, *, allow_nones: bool) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._read_options = _require_read_options(read_options)
+        self._allow_nones = require_bool("allow_nones", allow_nones)
+
+    def _plan(self, settings: Settings) -> Plan:
+        drop_holes = Prepared(Kind.FILTER, is_not_none, "to_iter_dataset", "dropping the None holes")
+        first = () if self._allow_nones else (drop_holes,)
+        return EnginePart(self._parent, self._read_options, settings, first, self._allow_nones)
+
+    def __repr__(self) -> str:
+        return f"{self._parent!r}.to_iter_dataset(allow_nones={self._allow_nones})"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnginePart(Part):
+    """A parallel part being compiled: the MapDataset, and the operations after it."""
+
+    dataset: MapDataset[Any]
+    read_options: ReadOptions
+    settings: Settings
+    operations: tuple[Prepared | Batch, ...]
+    allow_nones: bool
+
+    @property
+    def batch_size(self) -> int | None:
+        """The size of the part's batch, None before one joins."""
+        return next((op.batch_size for op in self.operations if isinstance(op, Batch)), None)
+
+    def joined(self, operation: Any) -> EnginePart | None:
+        if isinstance(operation, Batch) and self.batch_size is not None:
+            return None  # the engine batches once; a second batch runs in order after the part
+        if self.allow_nones and isinstance(operation, Prepared) and operation.kind is not Kind.FILTER:
+            # Grain's maps pass a None through untouched.
+            operation = dataclasses.replace(operation, function=PassNone(operation.function))
+        return dataclasses.replace(self, operations=(*self.operations, operation))
+
+    def loader(self, device_put: DevicePut | None = None) -> DataLoader:
+        """The DataLoader that runs this part."""
+        source = MapDatasetSource(self.dataset)
+        return DataLoader(
+            data_source=source,
+            sampler=IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0),
+            operations=list(self.operations),
+            worker_count=self.settings.worker_count,
+            executor=self.settings.executor,
+            read_options=self.read_options,
+            device_put=device_put,
+        )
+
+    def build(self, device_put: DevicePut | None = None) -> EngineStage:
+        return EngineStage(self.loader(device_put))
+
+
+class EngineStage(Stage[Any]):
+    """A parallel part running: the outputs of its DataLoader's iterator.
+
+    The iterator is made at once; its threads start at the first `next()`.
+    """
+
+    def __init__(self, loader: DataLoader) -> None:
+        super().__init__()
+        self._iterator: DataLoaderIterator = iter(loader)
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def snapshot(self) -> Position:
+        return position_of(self._iterator)
+
+    def state_of(self, token: Position) -> dict[str, Any]:
+        return engine_state(state_at(self._iterator, token))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._iterator.set_state(loader_state(state))
+
+    def close(self) -> None:
+        self._iterator.close()
+
+
+def engine_state(state: Any) -> dict[str, Any]:
+    """A parallel part's state, from its DataLoader iterator's (JSON, as bytes or parsed)."""
+    return {"stage": "parallel", "loader": json.loads(state) if isinstance(state, bytes) else state}
+
+
+def loader_state(state: Any) -> dict[str, Any]:
+    """The DataLoader iterator's state inside a parallel part's."""
+    (loader,) = state_fields(state, "parallel", ("loader",))
+    if not isinstance(loader, dict):
+        raise ValueError(
+            f"`state` of a parallel part must hold the loader's state (a dict), got {loader!r:.200}."
+        )
+    return loader
+
+
+class MapDatasetSource:
+    """A MapDataset as a data source: `source[i]` is `ds[i]`, `None` for a hole.
+
+    It is read in the worker threads, never in a subinterpreter: a MapDataset's own
+    nodes use NumPy, which isolated subinterpreters cannot load.
+    """
+
+    def __init__(self, dataset: MapDataset[Any]) -> None:
+        self._dataset, self._length = dataset, len(dataset)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, key: int) -> Any:
+        return self._dataset[key]
+
+    def __getitems__(self, keys: Sequence[int]) -> list[Any]:
+        return self._dataset._getitems(keys)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a MapDataset is read in the worker threads (its nodes use NumPy)")
+
+    def __repr__(self) -> str:
+        return f"MapDatasetSource({self._dataset!r})"
+
+
+class PassNone:
+    """`function(x)`, but a None (a hole kept by `allow_nones=True`) passes untouched, as
+    in Grain; a module-level class, so that it pickles for subinterpreters."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+
+    def __call__(self, element: Any, *rest: Any) -> Any:
+        return None if element is None else self.function(element, *rest)
+
+
+def _require_read_options(value: Any) -> ReadOptions:
+    """aioloader's ReadOptions, or Grain's (anything with its two fields), or None."""
+    if value is None:
+        return ReadOptions()
+    if isinstance(value, ReadOptions):
+        return value
+    if hasattr(value, "num_threads") and hasattr(value, "prefetch_buffer_size"):
+        # Grain's prefetch_buffer_size=0 (no read-ahead) reads one record ahead here.
+        return ReadOptions(value.num_threads, max(1, value.prefetch_buffer_size))
+    raise TypeError(f"`read_options` must be a ReadOptions or None, got {value!r}.")
