@@ -170,8 +170,11 @@ class _Cursor(Generic[E]):
         The engine's last figures are kept for `statistics()` (its counters, not its
         data); the outputs delivered count once the consumer stops or finishes them.
         """
+        running = self.holder.engine
+        self.keep_final(running)  # first: a `statistics()` meanwhile sees the engine or its figures
         engine = self.holder.take()
-        self.keep_final(engine)
+        if engine is not running:  # made meanwhile
+            self.keep_final(engine)
         if not elsewhere:
             self.base = self.position()
             delivered = self._delivered()
