@@ -5,6 +5,7 @@ This file is the public API: everything a user imports comes from here, and
 per part of the pipeline, each importing only the folders before it:
 
     _common       the shared vocabulary: options, checks, failures, positions
+    _observability  per-thread counters, statistics snapshots, their report and exports
     _sampling     which record comes at each position (samplers, sharding)
     _sources      the read: source protocols and storage formats (ArrayRecord, Parquet, files)
     _operations   the user's transforms and batching, applied to a run of elements
@@ -38,6 +39,14 @@ from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
+from aioloader._observability.logs import log_statistics
+from aioloader._observability.prometheus import register_metrics
+from aioloader._observability.statistics import (
+    BufferStatistics,
+    LoaderStatistics,
+    StageStatistics,
+    ThreadStatistics,
+)
 from aioloader._operations.concat_then_split import BOSHandling
 from aioloader._operations.transforms import (
     Batch,
@@ -98,6 +107,7 @@ __all__ = [
     "BOSHandling",
     "Batch",
     "BestFitPackIterDataset",
+    "BufferStatistics",
     "ConcatThenSplitIterDataset",
     "DataLoader",
     "DataLoaderIterator",
@@ -112,6 +122,7 @@ __all__ = [
     "IndexSampler",
     "InterleaveIterDataset",
     "IterDataset",
+    "LoaderStatistics",
     "MapDataset",
     "MapTransform",
     "MultiprocessingOptions",
@@ -127,5 +138,9 @@ __all__ = [
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",
+    "StageStatistics",
+    "ThreadStatistics",
     "WindowShuffleIterDataset",
+    "log_statistics",
+    "register_metrics",
 ]

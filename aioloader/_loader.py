@@ -13,6 +13,7 @@ from typing import Any
 from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
+from aioloader._executors.autoscale import default_maximum, default_memory_limit
 from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.grain_state import GrainNames
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
@@ -52,6 +53,13 @@ class DataLoader:
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
     accelerator ahead of the consumer.
 
+    `worker_count="auto"` starts one worker thread and adds or retires workers
+    while the loader runs (up to the CPUs the process may use), from how long
+    the consumer waits for data, without changing the output. No worker is
+    added while the process's resident memory is above `memory_limit_bytes`
+    (default: half of the machine's memory), and one is retired then. The
+    count in use is `iterator.statistics().worker_count`.
+
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
     called from the worker threads, so it must be stateless or thread-safe).
@@ -83,12 +91,13 @@ class DataLoader:
         data_source: Any,
         sampler: Any,
         operations: Sequence[Any] = (),
-        worker_count: int | None = 0,
+        worker_count: int | str | None = 0,
         worker_buffer_size: int = 1,
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
         executor: str = "thread",
         device_put: DevicePut | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         check_source(data_source)
         _check_sampler(sampler, len(data_source))
@@ -96,14 +105,8 @@ class DataLoader:
         self.shard_options = None if shard_options is None else check_shard_options(shard_options)
         self.walk = Walk(sampler, self.shard_options)
         _check_seed_for_random_ops(self.walk, self.operations)
-        # None: Grain's "let the backend choose", one worker per CPU.
-        count = (os.cpu_count() or 1) if worker_count is None else worker_count
-        self.worker_count = require_int("worker_count", count, minimum=0)
-        if count > MAX_WORKER_COUNT:
-            raise ValueError(
-                f"`worker_count` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
-                f"starts), got {count}."
-            )
+        self.worker_count: int | str = _check_worker_count(worker_count)
+        self.memory_limit_bytes = _check_memory_limit(memory_limit_bytes, worker_count)
         self.worker_buffer_size = require_int("worker_buffer_size", worker_buffer_size, minimum=0)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
@@ -126,7 +129,7 @@ class DataLoader:
             walk=self.walk,
             read_options=self.read_options,
             window=self._window(),
-            worker_count=self.worker_count,
+            worker_count=self._most_workers(),
             executor=self.executor,
             device_put=self.device_put,
             description={
@@ -136,7 +139,19 @@ class DataLoader:
             },
             grain=GrainNames(self.sampler, self.data_source, self.walk.shard),
             length=self.walk.length,
+            auto_memory_limit=self._auto_memory_limit(),
         )
+
+    def _most_workers(self) -> int:
+        """The worker count, or with "auto" the most workers it may start."""
+        if self.worker_count == "auto":
+            return min(default_maximum(), MAX_WORKER_COUNT)
+        return int(self.worker_count)
+
+    def _auto_memory_limit(self) -> int | None:
+        if self.worker_count != "auto":
+            return None
+        return default_memory_limit() if self.memory_limit_bytes is None else self.memory_limit_bytes
 
     @staticmethod
     def _program(
@@ -148,7 +163,7 @@ class DataLoader:
         """The records the threaded pipeline may hold ahead of the consumer (see the class)."""
         batch = self.operations.batch
         per_output = 1 if batch is None else batch.batch_size
-        ahead = self.worker_count * self.worker_buffer_size * per_output
+        ahead = self._most_workers() * self.worker_buffer_size * per_output
         return self.read_options.prefetch_buffer_size + ahead
 
     def __iter__(self) -> DataLoaderIterator:
@@ -162,6 +177,34 @@ class DataLoader:
             f"DataLoader(data_source={self.data_source!r}, sampler={self.sampler!r}, "
             f"operations={self.operations.describe()}, worker_count={self.worker_count})"
         )
+
+
+def _check_worker_count(worker_count: Any) -> int | str:
+    """`worker_count` checked: "auto", or an int from 0 to `MAX_WORKER_COUNT`; None
+    (Grain's "let the backend choose") is one worker per CPU."""
+    if isinstance(worker_count, str):
+        if worker_count == "auto":
+            return worker_count
+        raise ValueError(f'`worker_count` must be an int, None or "auto", got {worker_count!r}.')
+    count = (os.cpu_count() or 1) if worker_count is None else worker_count
+    count = require_int("worker_count", count, minimum=0)
+    if count > MAX_WORKER_COUNT:
+        raise ValueError(
+            f"`worker_count` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
+            f"starts), got {count}."
+        )
+    return count
+
+
+def _check_memory_limit(limit: Any, worker_count: Any) -> int | None:
+    if limit is None:
+        return None
+    if worker_count != "auto":
+        raise ValueError(
+            f'`memory_limit_bytes` bounds `worker_count="auto"`, but worker_count={worker_count!r}; '
+            f'drop it or use worker_count="auto".'
+        )
+    return require_int("memory_limit_bytes", limit, minimum=1)
 
 
 def _check_sampler(sampler: Any, source_length: int) -> None:

@@ -45,7 +45,7 @@ DEFAULT_WORKLOADS = (
     "llm",
     "png",
 )
-DEFAULT_LOADERS = ("plain", "pool", "aioloader", "grain", "grain-t0", "torch", "spdl")
+DEFAULT_LOADERS = ("plain", "pool", "aioloader", "aioloader-auto", "grain", "grain-t0", "torch", "spdl")
 TIMEOUT = 300.0
 
 
@@ -330,6 +330,19 @@ def machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": round(memory, 1), "os": platform.platform()}
 
 
+def timeline(interpreter: Interpreter, args: argparse.Namespace) -> list[Path]:
+    """One run of the `cpu` workload with worker_count="auto", its stages sampled over time
+    (benchmarks/timeline.py): the throughput-per-stage plot."""
+    records = LOADERS["aioloader"].records(WORKLOADS["cpu"], args.scale)
+    command = [str(interpreter.python), "-m", "benchmarks.timeline", "--workload", "cpu", "--workers", "auto",
+               "--records", str(records), "--out", str(args.out)]  # fmt: skip
+    done = subprocess.run(command, env=interpreter.env, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"timeline failed:\n{done.stderr}", file=sys.stderr)
+        return []
+    return [args.out / "timeline-cpu.json", args.out / "timeline-cpu.png"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if "ft" in args.interpreters and {"arrayrecord", "llm"} & set(args.workloads):
@@ -373,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=None, separators=(",", ":")) + "\n")
     written = report.write(results, args.out)
+    written += timeline(interpreters[0], args)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     failed = [c for c in results["configs"] if not c["ok"]]

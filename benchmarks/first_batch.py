@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.workloads import IN_FLIGHT, PREFETCH, Workload
 
 
-def aioloader_loader(workload: Workload, source: Any, transform: Any, workers: int, n: int) -> Any:
+def aioloader_loader(workload: Workload, source: Any, transform: Any, workers: int | str, n: int) -> Any:
     """aioloader's DataLoader as the suite runs it (here, so that this module imports no more)."""
     import aioloader as al
 

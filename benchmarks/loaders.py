@@ -202,7 +202,19 @@ async def aioloader_async_batches(
             yield batch
 
 
-def aioloader_settings(workload: Workload, workers: int) -> str:
+def aioloader_auto_batches(
+    workload: Workload, source: Any, transform: Any, workers: int, n: int
+) -> Iterator[Any]:
+    """`worker_count="auto"` (measured at one worker count of the matrix: it chooses its own)."""
+    with iter(aioloader_loader(workload, source, transform, "auto", n)) as batches:
+        yield from batches
+
+
+def aioloader_auto_settings(workload: Workload, workers: int) -> str:
+    return aioloader_settings(workload, "auto")
+
+
+def aioloader_settings(workload: Workload, workers: int | str) -> str:
     return f"worker_count={workers}, ReadOptions(num_threads={IN_FLIGHT}, prefetch_buffer_size={PREFETCH})"
 
 
@@ -258,6 +270,16 @@ LOADERS: dict[str, Loader] = {
             "aioloader",
             aioloader_batches,
             aioloader_settings,
+            scale=(("trivial", 0.1),),
+            preload=("aioloader",),
+        ),
+        Loader(
+            "aioloader-auto",
+            'aioloader (for), worker_count="auto"',
+            "aioloader",
+            aioloader_auto_batches,
+            aioloader_auto_settings,
+            only_workers=(0,),  # the row of w=0: it picks its own count
             scale=(("trivial", 0.1),),
             preload=("aioloader",),
         ),

@@ -29,6 +29,7 @@ state into the same checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import shutil
@@ -167,7 +168,10 @@ def loss_fn(params: list[dict[str, jax.Array]], batch: Batch) -> jax.Array:
     return jnp.mean((predict(params, batch["x"]) - batch["y"]) ** 2)
 
 
-def make_train_step(learning_rate: float) -> Callable[[State, Batch], tuple[State, jax.Array]]:
+TrainStep = Callable[[State, Batch], tuple[State, jax.Array]]
+
+
+def make_train_step(learning_rate: float) -> TrainStep:
     @jax.jit
     def train_step(state: State, batch: Batch) -> tuple[State, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
@@ -292,7 +296,10 @@ OnStep = Callable[[int, Batch, jax.Array], None]
 def train(config: Config, on_step: OnStep | None = None) -> State:
     """Train to `config.end(start)`, resuming at `start`, the latest checkpoint in `config.workdir`.
 
-    `on_step(step, batch, loss)` is called after every step (for tests and tools).
+    `on_step(step, batch, loss)` is called after every step (for tests and tools). The
+    progress shows the share of the loop's time spent waiting for the loader; at the
+    end, the last steps run again on the same batches held in memory, with the loader
+    stopped, and their step times are compared.
     """
     train_step = make_train_step(config.learning_rate)
     with checkpoints(config) as saved, iter(make_loader(config)) as batches:
@@ -300,9 +307,10 @@ def train(config: Config, on_step: OnStep | None = None) -> State:
         end = config.end(start)
         say(f"{'resumed at' if start else 'starting from'} step {start}, training to step {end}")
         losses, started, rate = [], time.perf_counter(), Rate()
+        progress, timed = Progress(start, end, config.batch_size), TimedSteps(end)
         for step in range(start + 1, end + 1):
             batch = next(batches)  # the sampler repeats forever: the step count decides the end
-            state, loss = train_step(state, batch)
+            state, loss = timed.run(step, train_step, state, batch)
             if saved.should_save(step) or step == end:
                 saved.save(step, state, batches)
             losses.append(loss)
@@ -312,8 +320,88 @@ def train(config: Config, on_step: OnStep | None = None) -> State:
                 report(step, losses, time.perf_counter() - started)
                 losses, started = [], time.perf_counter()
             rate.tick()
+            progress.update(step, batches)
+        progress.close(batches)
     say(rate.summary())
+    say(timed.compare(train_step, state))
     return state
+
+
+class Progress:
+    """Steps, records/s and the loader's wait share: a tqdm bar on a terminal (with the
+    `progress` extra), otherwise a plain line every few seconds and at the end."""
+
+    def __init__(self, start: int, end: int, batch_size: int, every: float = 5.0) -> None:
+        self.start, self.batch_size, self.every = start, batch_size, every
+        self.started = self.printed = time.perf_counter()
+        self.bar: Any = None
+        if sys.stdout.isatty() and jax.process_index() == 0:
+            with contextlib.suppress(ImportError):
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=end - start, unit="batch", dynamic_ncols=True)
+
+    def line(self, step: int, batches: Any) -> str:
+        """`batches` is the loader's iterator: its statistics give the wait share."""
+        done, seconds = step - self.start, time.perf_counter() - self.started
+        records = done * self.batch_size / seconds if seconds > 0 else 0.0
+        wait = batches.statistics().consumer_wait_share
+        return f"{done} batches, {records:,.0f} records/s, loader wait {wait:.0%} of the loop"
+
+    def update(self, step: int, batches: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            if time.perf_counter() - self.printed >= 0.5:
+                self.printed = time.perf_counter()
+                self.bar.set_postfix_str(self.line(step, batches), refresh=False)
+        elif time.perf_counter() - self.printed >= self.every:
+            self.printed = time.perf_counter()
+            say(f"progress: step {step}, {self.line(step, batches)}")
+        self.last = step
+
+    def close(self, batches: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if getattr(self, "last", None) is not None:
+            say(f"progress: step {self.last}, {self.line(self.last, batches)}")
+            say(f"loader: {batches.statistics().summary().splitlines()[-1]}")
+
+
+class TimedSteps:
+    """The last `keep` steps, timed to the end of their computation, and their batches: run
+    again after the loader has stopped, they show whether its threads slow the step down
+    (on free-threaded CPython they compete with the training thread for the cores)."""
+
+    def __init__(self, end: int, keep: int = 20) -> None:
+        self.first = end - keep + 1
+        self.seconds: list[float] = []
+        self.batches: list[Batch] = []
+
+    def run(self, step: int, train_step: TrainStep, state: State, batch: Batch) -> tuple[State, jax.Array]:
+        """`train_step(state, batch)`; timed, and the batch kept, for the last steps."""
+        if step < self.first:
+            return train_step(state, batch)
+        jax.block_until_ready(batch)
+        started = time.perf_counter()
+        state, loss = jax.block_until_ready(train_step(state, batch))
+        self.seconds.append(time.perf_counter() - started)
+        self.batches.append(batch)
+        return state, loss
+
+    def compare(self, train_step: TrainStep, state: State) -> str:
+        if len(self.seconds) < 2:
+            return "step time: too few steps to compare"
+        again = []
+        for batch in self.batches:
+            started = time.perf_counter()
+            state, loss = train_step(state, batch)
+            jax.block_until_ready((state, loss))
+            again.append(time.perf_counter() - started)
+        running, held = float(np.median(self.seconds)), float(np.median(again))
+        return (
+            f"step time: {1000 * running:.2f} ms with the loader running, {1000 * held:.2f} ms on the "
+            f"same {len(again)} batches held in memory (ratio {running / held:.2f})"
+        )
 
 
 def report(step: int, losses: list[jax.Array], seconds: float) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "aioloader"
 LAYERS = [
     "_common",
+    "_observability",  # counters that every stage writes into: only `_common` below them
     "_sampling",
     "_sources",
     "_operations",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,19 @@ def test_train_async_trains_next_to_other_tasks_and_resumes_exactly(
         assert line == uninterrupted_training[line["step"]], (
             f"step {line['step']} differs from the uninterrupted run"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_train_prints_progress_the_loader_wait_share_and_the_step_time_ratio(tmp_path: Path) -> None:
+    """Not a terminal: plain progress lines (no tqdm bar), then the bottleneck and the replay."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "train.py"
+    output = run_to_end([sys.executable, str(example), "--steps", "30", "--workdir", str(tmp_path / "run")])
+    assert re.search(r"progress: step 30, 30 batches, [\d,]+ records/s, loader wait \d+% of the loop", output)
+    assert re.search(r"loader: bottleneck: \S+", output), output
+    assert re.search(
+        r"step time: [\d.]+ ms with the loader running, [\d.]+ ms on the same 20 batches held in memory "
+        r"\(ratio [\d.]+\)",
+        output,
+    ), output
+    assert "\r" not in output  # no progress bar when stdout is a pipe

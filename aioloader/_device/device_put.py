@@ -15,8 +15,10 @@ else in the loader.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +28,8 @@ from aioloader._common.positions import Position
 from aioloader._common.validation import require_int
 from aioloader._device.handoff import Handoff
 from aioloader._executors.threads import aclose_elsewhere
+from aioloader._observability.meter import Meter
+from aioloader._observability.statistics import BufferStatistics, Observation
 from aioloader._program.jobs import Outputs
 
 _names = itertools.count()
@@ -95,6 +99,7 @@ class ThreadedOutputs(Protocol):
     def next(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
+    def observe(self) -> Observation: ...
 
 
 class DeviceEngine:
@@ -110,21 +115,27 @@ class DeviceEngine:
     def __init__(self, inner: ThreadedOutputs, device_put: DevicePut) -> None:
         self._inner, self._device_put = inner, device_put
         self._handoff: Handoff[Outputs | BaseException] = Handoff(device_put.buffer_size)
+        self._meter = Meter("device")  # the device thread's own counters
         self._thread = threading.Thread(
             target=self._run, name=f"aioloader-device-{next(_names)}", daemon=True
         )
         self._thread.start()
 
     def _run(self) -> None:
+        meter = self._meter
         try:
-            while (found := self._inner.next()) is not None:
+            while (found := self._next_counted()) is not None:
                 outputs, weight = found
                 del found
                 for item, after in zip(outputs.items, outputs.after, strict=True):
-                    if not self._handoff.put(
-                        transfer_outputs(Outputs([item], [after], None), self._device_put)
-                    ):
+                    started = time.perf_counter()
+                    moved = transfer_outputs(Outputs([item], [after], None), self._device_put)
+                    transferred = time.perf_counter()
+                    meter.count("device_put", 1, transferred - started)
+                    if not self._handoff.put(moved):
                         return
+                    meter.waiting_for_room += time.perf_counter() - transferred
+                    del moved
                 self._inner.release(weight)  # the host copies may go: the device holds the batches
                 if outputs.failure is not None:
                     self._handoff.put(Outputs([], [], outputs.failure))
@@ -134,6 +145,23 @@ class DeviceEngine:
             self._handoff.put(error)
         finally:
             self._handoff.close()
+
+    def _next_counted(self) -> tuple[Outputs, int] | None:
+        started = time.perf_counter()
+        found = self._inner.next()
+        self._meter.waiting_for_input += time.perf_counter() - started
+        return found
+
+    def observe(self) -> Observation:
+        """The inner engine's figures, with the device thread and its buffer."""
+        inner = self._inner.observe()
+        waiting, capacity, peak = self._handoff.statistics()
+        return dataclasses.replace(
+            inner,
+            names=[*inner.names, ("device_put", "device_put")],
+            meters=[*inner.meters, self._meter],
+            buffers=[*inner.buffers, BufferStatistics("device buffer", waiting, capacity, peak)],
+        )
 
     def next(self) -> tuple[Outputs, int] | None:
         return _unwrap(self._handoff.get())

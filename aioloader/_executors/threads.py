@@ -37,17 +37,46 @@ STARTING_SECONDS = 30.0
 
 
 class WorkerThreads:
-    """`count` daemon threads named `{name}-{i}` working for `scheduler`."""
+    """`count` daemon threads named `{name}-{i}` working for `scheduler`; `add` starts
+    one more, `retire` asks one to end after the work in its hands (`worker_count="auto"`)."""
 
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
-        self._scheduler, self._make_runner = scheduler, make_runner
-        self._started = [threading.Event() for _ in range(count)]  # runner made, or the worker ended
-        self._threads = [
-            threading.Thread(target=self._work, args=(started,), name=f"{name}-{i}", daemon=True)
-            for i, started in enumerate(self._started)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._scheduler, self._make_runner, self._name = scheduler, make_runner, name
+        self._lock = threading.Lock()  # the worker list and the retirements; never on the hot path
+        # Each worker with its own event, set once its runner is made or it has ended.
+        self._workers: list[tuple[threading.Thread, threading.Event]] = []
+        self._retiring = 0
+        for _ in range(count):
+            self.add()
+
+    def add(self) -> None:
+        """Start one more worker (after `close()` it ends at once, making no runner)."""
+        started = threading.Event()
+        with self._lock:
+            thread = threading.Thread(
+                target=self._work, args=(started,), name=f"{self._name}-{len(self._workers)}", daemon=True
+            )
+            self._workers.append((thread, started))
+        thread.start()
+
+    def retire(self) -> None:
+        """Ask one worker to end once the work it holds is handed back."""
+        with self._lock:
+            self._retiring += 1
+
+    def count(self) -> int:
+        """The workers running and not asked to end."""
+        with self._lock:
+            return sum(thread.is_alive() for thread, _ in self._workers) - self._retiring
+
+    def _retired(self) -> bool:
+        if not self._retiring:  # a plain read: the common answer costs no lock
+            return False
+        with self._lock:
+            if not self._retiring:
+                return False
+            self._retiring -= 1
+            return True
 
     def _work(self, started: threading.Event) -> None:
         try:
@@ -57,16 +86,19 @@ class WorkerThreads:
 
     def _work_with_a_runner(self, started: threading.Event) -> None:
         scheduler = self._scheduler
+        meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
             scheduler.program.shutdown.check()  # closed already: make nothing
             with self._make_runner() as run:
                 started.set()
-                while (work := scheduler.next_work()) is not None:
+                while (work := scheduler.next_work(meter=meter)) is not None:
                     work.run_segment(run)
                     scheduler.advance(work)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work
+                    if self._retired():
+                        return
         except Stopped:
             pass  # closed in the middle of a segment: its work is abandoned
         except BaseException as error:
@@ -74,7 +106,8 @@ class WorkerThreads:
 
     def alive(self) -> bool:
         """True while some worker is still running."""
-        return any(thread.is_alive() for thread in self._threads)
+        with self._lock:
+            return any(thread.is_alive() for thread, _ in self._workers)
 
     def join(self, timeout: float = 2.0) -> bool:
         """Wait for the workers to end (close the scheduler first); True if all did.
@@ -82,15 +115,21 @@ class WorkerThreads:
         `timeout` bounds the wait for a worker in a read or a call of user code;
         one still making its runner is waited for until it has made it and let
         it go (`STARTING_SECONDS` at most), so that no subinterpreter outlives
-        `close()`.
+        `close()`. A worker added while this waits is waited for too.
         """
         deadline = time.monotonic() + timeout
-        for thread, started in zip(self._threads, self._started, strict=True):
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive() and not started.is_set():
-                    thread.join(STARTING_SECONDS)
-        return not self.alive()
+        joined = 0
+        while True:
+            with self._lock:
+                workers = self._workers[joined:]
+            if not workers:
+                return not self.alive()
+            for thread, started in workers:
+                if thread is not threading.current_thread():
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                    if thread.is_alive() and not started.is_set():
+                        thread.join(STARTING_SECONDS)
+            joined += len(workers)
 
 
 def thread_runner(program: Any) -> RunnerFactory:

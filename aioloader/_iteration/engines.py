@@ -15,17 +15,20 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
+from aioloader._executors.autoscale import AutoWorkers
 from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
+from aioloader._observability.statistics import Observation
 from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program
@@ -59,6 +62,7 @@ class SyncEngine(Protocol):
     def next(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
+    def observe(self) -> Observation: ...
 
 
 class AsyncEngine(Protocol):
@@ -71,12 +75,20 @@ class AsyncEngine(Protocol):
       worker threads without blocking it. What the iterator's `aclose()` uses.
     * `close()`: the same from the finalizer (any thread, no loop to await
       on); idempotent.
+
+    Both kinds have `observe()`: what `statistics()` needs (the meters, the
+    buffers, the thread counts); any thread, never blocks for long.
     """
 
     async def anext(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
     def close(self) -> None: ...
     async def aclose(self) -> None: ...
+    def observe(self) -> Observation: ...
+
+
+def _observation(program: Program, buffers: list[Any], workers: int, read_threads: int) -> Observation:
+    return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads)
 
 
 class ThreadedEngine:
@@ -102,13 +114,39 @@ class ThreadedEngine:
             self._segments = AsyncSegments(self.scheduler, loop)
             self.scheduler.use_async_runner(self._segments)
         runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
-        self._workers = WorkerThreads(self.scheduler, runner, spec.worker_count, "aioloader-worker")
+        auto = spec.auto_memory_limit is not None
+        self._workers = WorkerThreads(
+            self.scheduler, runner, 1 if auto else spec.worker_count, "aioloader-worker"
+        )
+        self._auto: AutoWorkers | None = None
+        if spec.auto_memory_limit is not None:
+            self._auto = AutoWorkers(self._workers, program.meters, spec.worker_count, spec.auto_memory_limit)
+        self._spec = spec
+
+    def observe(self) -> Observation:
+        program, threads = self.scheduler.program, self._spec.read_options.num_threads
+        # Read threads count while they read at once: the pool engaged, or async segments.
+        engaged = self._read_pool is not None and self._read_pool.engaged
+        reading = engaged or self._segments is not None
+        return _observation(
+            program, self.scheduler.buffers(), self._workers.count(), threads if reading else 0
+        )
 
     def next(self) -> tuple[Outputs, int] | None:
-        return self.scheduler.get()
+        if self._auto is None:
+            return self.scheduler.get()
+        started = time.perf_counter()
+        found = self.scheduler.get()
+        self._auto.waited(time.perf_counter() - started)
+        return found
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        return await self.scheduler.aget()
+        if self._auto is None:
+            return await self.scheduler.aget()
+        started = time.perf_counter()
+        found = await self.scheduler.aget()
+        self._auto.waited(time.perf_counter() - started)
+        return found
 
     def release(self, weight: int) -> None:
         if weight:
@@ -150,13 +188,16 @@ class InlineEngine:
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
-        program = spec.program(None)
+        self._program = program = spec.program(None)
         self._shutdown = program.shutdown
         steps, self._early = _inline(program, spec, position, prefetch)
         self._outputs = run_inline(steps)
         self._device_put = spec.device_put
         self._lock = threading.Lock()
         self._running = self._closed = False
+
+    def observe(self) -> Observation:
+        return _observation(self._program, [], 0, 0)
 
     def next(self) -> tuple[Outputs, int] | None:
         with self._lock:
@@ -203,9 +244,13 @@ class AsyncInlineEngine:
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
-        steps, self._early = _inline(spec.program(None), spec, position, prefetch)
+        self._program = spec.program(None)
+        steps, self._early = _inline(self._program, spec, position, prefetch)
         self._outputs = AsyncInline(steps)
         self._device_put = spec.device_put
+
+    def observe(self) -> Observation:
+        return _observation(self._program, [], 0, 0)
 
     async def anext(self) -> tuple[Outputs, int] | None:
         outputs = await self._outputs.anext()

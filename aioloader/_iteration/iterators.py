@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
@@ -29,6 +30,9 @@ from aioloader._executors.threads import close_elsewhere
 from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import check_position, dump_state, load_state, make_state
+from aioloader._observability import logs as logs
+from aioloader._observability.meter import Meter
+from aioloader._observability.statistics import LoaderStatistics, Observation, snapshot
 from aioloader._program.jobs import Outputs
 from aioloader._sampling.leftovers import Detour, Leftovers
 
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 _EMPTY: list[Any] = []
+_NOTHING = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
 
 
 class _Cursor(Generic[E]):
@@ -54,6 +59,35 @@ class _Cursor(Generic[E]):
         self.consumer: int | None = None  # the thread that last asked for outputs
         self.holder: EngineHolder[E] = EngineHolder()
         self.reset((0, 0, 0))
+        self.started()
+
+    def started(self) -> None:
+        """A new engine: the consumer's counters start again with it."""
+        self.meter = Meter("consumer")  # written by the consumer only
+        self.since = self.logged = time.perf_counter()
+        self.final: tuple[Observation, float] | None = None  # the figures at the end
+
+    def statistics(self) -> LoaderStatistics:
+        engine = self.holder.engine
+        if engine is not None:
+            return snapshot(engine.observe(), self.meter, time.perf_counter() - self.since)
+        # Stopped: after a close from another thread, the consumer counts the outputs
+        # it took from the current `Outputs` only when it next steps; count them here.
+        observation, until = self.final or (_NOTHING, time.perf_counter())
+        return snapshot(observation, self.meter, until - self.since, self._delivered())
+
+    def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
+        """The engine stops: keep its last figures (its counters, not its data)."""
+        if engine is not None:
+            self.final = engine.observe(), time.perf_counter()
+
+    def waited(self, started: float) -> None:
+        """The consumer waited for outputs since `started`; log the statistics if it is time."""
+        now = time.perf_counter()
+        self.meter.waiting_for_input += now - started
+        if logs.interval is not None and now - self.logged >= logs.interval:
+            self.logged = now
+            logs.logger.debug("%s", self.statistics().summary())
 
     @property
     def closed(self) -> bool:
@@ -100,15 +134,28 @@ class _Cursor(Generic[E]):
         what lets a window of one job make progress, and dropping our
         references keeps two `Outputs` from being alive at once.
         """
+        delivered = self._delivered()
         self.base = self.position()
         self.items, self.after, self.current = [], (), iter(_EMPTY)
+        self._count_delivered(delivered)
         weight, self.weight = self.weight, 0
         return weight
+
+    def _delivered(self) -> int:
+        """The outputs taken from the current `Outputs` (any thread: a moment's view)."""
+        items, current = self.items, self.current
+        return max(0, len(items) - operator.length_hint(current))
+
+    def _count_delivered(self, delivered: int) -> None:
+        """Count `delivered` outputs, once they have left the current `Outputs` (so that a
+        stopped iterator's `statistics()` never counts them twice)."""
+        if delivered:
+            self.meter.count("consumer", delivered, 0.0)
 
     def prefetch(self, make: Callable[[LoaderSpec, Position, bool], E]) -> None:
         """Make the engine now with `make(spec, position, prefetch=True)`, unless there is
         one already or the iterator is closed."""
-        self.holder.open(lambda: make(self.spec, self.position(), True))
+        self.open_engine(make, prefetch=True)
 
     def take_failure(self) -> BaseException | None:
         failure, self.failure = self.failure, None
@@ -121,17 +168,34 @@ class _Cursor(Generic[E]):
         place (their iterator stops with it). Another thread must not touch
         them while the consumer may be taking one: the outputs already handed
         over stay deliverable, and the position stays exact.
+
+        The engine's last figures are kept for `statistics()` (its counters, not its
+        data); the outputs delivered count once the consumer stops or finishes them.
         """
+        running = self.holder.engine
+        self.keep_final(running)  # first: a `statistics()` meanwhile sees the engine or its figures
         engine = self.holder.take()
+        if engine is not running:  # made meanwhile
+            self.keep_final(engine)
         if not elsewhere:
             self.base = self.position()
+            delivered = self._delivered()
             self.items.clear()
             self.finish_outputs()
+            self._count_delivered(delivered)
         return engine
 
-    def open_engine(self, make: Callable[[LoaderSpec, Position], E]) -> E | None:
-        """The engine (made from the current position if there is none); None once closed."""
-        return self.holder.open(lambda: make(self.spec, self.position()))
+    def open_engine(
+        self, make: Callable[[LoaderSpec, Position, bool], E], prefetch: bool = False
+    ) -> E | None:
+        """The engine (made from the current position if there is none, with the
+        consumer's counters started again); None once closed."""
+
+        def fresh() -> E:
+            self.started()
+            return make(self.spec, self.position(), prefetch)
+
+        return self.holder.open(fresh)
 
     def get_state(self) -> bytes:
         index, skip_elements, skip_outputs = self.position()
@@ -239,6 +303,13 @@ class DataLoaderIterator(itertools.chain[Any]):
             )
         _close(self._cursor.set_state(state))
 
+    def statistics(self) -> LoaderStatistics:
+        """A snapshot of the pipeline's figures since it started (or restarted with
+        `set_state`): each stage's items and busy time, the threads' waits, the
+        buffers against their bounds; `.summary()` names the bottleneck. Any
+        thread; it never waits for the pipeline."""
+        return self._cursor.statistics()
+
     def close(self) -> None:
         """Stop and join every thread this iterator started, and let go of every
         record it holds. Idempotent; `get_state()` still works afterwards, and
@@ -280,11 +351,13 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
                 _close(cursor.stop())  # closed, perhaps from another thread
                 return
             engine.release(cursor.finish_outputs())
+            started = time.perf_counter()
             try:
                 found = engine.next()
             except BaseException:
                 _close(cursor.stop())  # KeyboardInterrupt while waiting, or a bug: stop every thread
                 raise
+            cursor.waited(started)
             items = cursor.load_unless_closed(found)
             if items is None:
                 _close(cursor.stop())
@@ -337,11 +410,13 @@ class AsyncDataLoaderIterator:
                 await self.aclose()
                 raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
+            started = time.perf_counter()
             try:
                 found = await engine.anext()
             except BaseException:
                 await self.aclose()
                 raise
+            cursor.waited(started)
             items = cursor.load_unless_closed(found)
             if items is None:  # the end, or aclose() while we waited
                 await self.aclose()
@@ -397,6 +472,13 @@ class AsyncDataLoaderIterator:
         engine = self._cursor.set_state(state)
         if engine is not None:
             close_elsewhere(engine.close)
+
+    def statistics(self) -> LoaderStatistics:
+        """A snapshot of the pipeline's figures since it started (or restarted with
+        `set_state`): each stage's items and busy time, the threads' waits, the
+        buffers against their bounds; `.summary()` names the bottleneck. Any
+        thread; it never waits for the pipeline."""
+        return self._cursor.statistics()
 
     async def aclose(self) -> None:
         """Stop the pipeline, wait for every thread this iterator started, and let go

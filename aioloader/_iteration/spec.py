@@ -36,12 +36,13 @@ class LoaderSpec:
     walk: Walk
     read_options: ReadOptions
     window: int
-    worker_count: int
+    worker_count: int  # with "auto": the most workers it may start
     executor: str
     device_put: DevicePut | None
     description: dict[str, Any]
     grain: GrainNames
     length: int | None
+    auto_memory_limit: int | None = None  # `worker_count="auto"`: its memory bound, in bytes
 
     def program(self, read_pool: ReadPool | None) -> Program:
         """A fresh program over this spec's walk."""

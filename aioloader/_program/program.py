@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from aioloader._common.positions import (
     positions_after_elements,
     positions_before_elements,
 )
+from aioloader._observability import meter as meter
+from aioloader._observability.meter import Meter, Meters
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.transforms import Kind, Op, Operations
@@ -107,6 +110,10 @@ class Program:
         self.plan = _choose_plan(operations)
         self.segments = _segments(self.plan, operations, is_async_source(source))
         self._limit: asyncio.Semaphore | None = None
+        # Counters: this copy's (the inline driver's, or the loop's for awaited
+        # steps), and each worker copy's own (see `for_worker`).
+        self.meters = Meters()
+        self.meter: Meter | None = self.meters.new("pipeline") if meter.ENABLED else None
         self.shutdown = Shutdown()
         self.early: EarlyRead | None = None  # see `read_early`
 
@@ -128,6 +135,7 @@ class Program:
         """
         clone = copy.copy(self)
         clone.operations = self.operations.for_worker()
+        clone.meter = self.meters.new("steps") if meter.ENABLED else None
         return clone
 
     def run_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
@@ -136,16 +144,49 @@ class Program:
 
     def run_steps(self, steps: Sequence[StepCall], payload: Any) -> Any:
         """Run synchronous `steps` in order on `payload`: a segment, or the part of
-        one that an executor keeps in this interpreter."""
-        for step, arg in steps:
-            payload = _SYNC_STEPS[step](self, arg, payload)
+        one that an executor keeps in this interpreter.
+
+        Each step's items out and wall time go to this copy's meter: one
+        thread's own counters, a few attribute updates per step of a chunk."""
+        counter = self.meter
+        if counter is None:
+            for step, arg in steps:
+                payload = _SYNC_STEPS[step](self, arg, payload)
+            return payload
+        started = time.perf_counter()
+        for call in steps:
+            payload = _SYNC_STEPS[call[0]](self, call[1], payload)
+            ended = time.perf_counter()  # one clock read per step: this step's end, the next one's start
+            counter.count(call, _size(call[0], payload), ended - started)
+            started = ended
         return payload
 
     async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
-        """Await one asynchronous segment on `payload` (called on the loop)."""
-        for step, arg in self.segments[stage][segment].steps:
-            payload = await _ASYNC_STEPS[step](self, arg, payload)
+        """Await one asynchronous segment on `payload` (called on the loop; wall time counted)."""
+        counter = self.meter
+        for call in self.segments[stage][segment].steps:
+            started = time.perf_counter()
+            payload = await _ASYNC_STEPS[call[0]](self, call[1], payload)
+            if counter is not None:
+                counter.count(call, _size(call[0], payload), time.perf_counter() - started)
         return payload
+
+    def stage_names(self) -> list[tuple[StepCall, str]]:
+        """The steps that statistics show, in pipeline order, each with its stage's name:
+        `sampling`, `read`, each operation by its label, `batch`."""
+        named: list[tuple[StepCall, str]] = []
+        for stage in self.segments.values():
+            for segment in stage:
+                named += [(call, self._stage_name(call)) for call in segment.steps if call[0] not in _OUTS]
+        return named
+
+    def _stage_name(self, call: StepCall) -> str:
+        step, i = call
+        if step in (Step.BEFORE, Step.ABEFORE):
+            return self.operations.before[i].label
+        if step in (Step.AFTER, Step.AAFTER):
+            return self.operations.after[i].label
+        return _STAGE_NAMES[step]
 
     # Synchronous steps: (arg, payload) -> payload (see `_SYNC_STEPS`).
 
@@ -244,6 +285,21 @@ class Program:
     async def _astep_aafter(self, i: int, run: Run) -> Run:
         await apply_async(self.operations.after[i], run, self._read_limit())
         return run
+
+
+_OUTS = frozenset({Step.RECORDS_OUT, Step.ELEMENTS_OUT, Step.BATCHES_OUT})
+_STAGE_NAMES = {
+    Step.KEYS: "sampling",
+    Step.READ: "read",
+    Step.AREAD: "read",
+    Step.FUSE: "batch",
+    Step.BATCH: "batch",
+}
+
+
+def _size(step: Step, payload: Any) -> int:
+    """How many items a step gave: keys for the sampler, elements (or batches) after."""
+    return len(payload.keys) if step is Step.KEYS else len(payload.items)
 
 
 def _choose_plan(operations: Operations) -> Plan:

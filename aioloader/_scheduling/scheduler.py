@@ -18,12 +18,15 @@ be called holding that lock.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
+from aioloader._observability.meter import Meter
+from aioloader._observability.statistics import BufferStatistics
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
 from aioloader._scheduling.planner import plan_chunks
@@ -88,19 +91,34 @@ class Scheduler:
 
     # The workers' side.
 
-    def next_work(self, wait: bool = True) -> Work | None:
+    def next_work(self, wait: bool = True, meter: Meter | None = None) -> Work | None:
         """The next piece of work for a worker; None once the scheduler is closed.
 
         Waits for work unless `wait` is false: then None also means that no
         work may start now (a driver that polls, or a test driving by hand).
+        Time spent waiting goes to `meter`: for room when the records window
+        is full (the consumer is behind), for input otherwise.
         """
         with self._lock:
             while not self._closed:
                 work = self._resumable.popleft() if self._resumable else self._new_work_locked()
                 if work is not None or not wait:
                     return work
-                self._work_ready.wait()
+                if meter is None:
+                    self._work_ready.wait()
+                else:
+                    self._wait_counted_locked(meter)
             return None
+
+    def _wait_counted_locked(self, meter: Meter) -> None:
+        records = self.records
+        full = not records.exhausted and not records.window.fits(self._planner.peek())
+        started = time.perf_counter()
+        self._work_ready.wait()
+        if full:
+            meter.waiting_for_room += time.perf_counter() - started
+        else:
+            meter.waiting_for_input += time.perf_counter() - started
 
     def _new_work_locked(self) -> Work | None:
         # Batches first: they are closer to the consumer than new chunks.
@@ -237,6 +255,15 @@ class Scheduler:
         with self._lock:
             self._final.window.release(weight)
             self._work_ready.notify_all()
+
+    def buffers(self) -> list[BufferStatistics]:
+        """Each stage's window: weight in flight (issued, or done and not yet delivered)
+        against its bound, and its peak (a job bigger than the bound may pass alone)."""
+        with self._lock:
+            stages = [self.records] if self.batches is None else [self.records, self.batches]
+            return [
+                BufferStatistics(f"{stage.name.value} window", *stage.window.statistics()) for stage in stages
+            ]
 
     def close(self) -> None:
         """Stop handing out work and drop every result; idempotent, any thread.

@@ -1,0 +1,115 @@
+"""`worker_count="auto"`: the batches of `worker_count=0`, with workers added while the consumer
+waits, and none beyond the memory bound."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioloader
+from aioloader._executors.autoscale import default_maximum
+from tests.conftest import repeated
+
+N = 600
+
+
+class Sleepy(aioloader.MapTransform):
+    """Waits as a decode that releases the GIL would: more workers help."""
+
+    def map(self, x: int) -> int:
+        time.sleep(0.001)
+        return x * 3
+
+
+class Odd(aioloader.FilterTransform):
+    def filter(self, x: int) -> bool:
+        return x % 2 == 1
+
+
+class Noise(aioloader.RandomMapTransform):
+    def random_map(self, x: Any, rng: np.random.Generator) -> Any:
+        return x + rng.integers(100)
+
+
+def loader(workers: int | str, **kwargs: Any) -> aioloader.DataLoader:
+    return aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, N, 1),
+        sampler=aioloader.IndexSampler(N, shuffle=True, num_epochs=1, seed=5),
+        operations=[Sleepy(), Noise(), Odd(), aioloader.Batch(6)],
+        worker_count=workers,
+        **kwargs,
+    )
+
+
+@repeated
+def test_auto_gives_the_batches_of_worker_count_0_and_adds_workers(repeat: int) -> None:
+    expected = [batch.tolist() for batch in loader(0)]
+    iterator = iter(loader("auto"))
+    counts: list[int] = []
+    found = []
+    for batch in iterator:
+        found.append(batch.tolist())
+        counts.append(iterator.statistics().worker_count)
+    assert found == expected
+    assert all(1 <= count <= default_maximum() for count in counts)
+    if default_maximum() > 1:
+        # About 0.6 s of sleeping, one decision every 0.2 s while the consumer waits.
+        assert max(counts) > 1, counts
+
+
+@pytest.mark.asyncio
+async def test_auto_with_async_for_gives_the_same_batches() -> None:
+    expected = [batch.tolist() for batch in loader(0)]
+    assert [batch.tolist() async for batch in loader("auto")] == expected
+
+
+def test_no_worker_is_added_above_the_memory_bound() -> None:
+    iterator = iter(loader("auto", memory_limit_bytes=1))
+    counts = [iterator.statistics().worker_count for _ in iterator]
+    assert set(counts) == {1}
+
+
+def test_resume_with_auto_continues_where_a_fixed_count_stopped() -> None:
+    fixed = iter(loader(2))
+    head = [next(fixed).tolist() for _ in range(7)]
+    state = fixed.get_state()
+    fixed.close()
+    resumed = iter(loader("auto"))
+    resumed.set_state(state)
+    assert head + [batch.tolist() for batch in resumed] == [batch.tolist() for batch in loader(0)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"worker_count": "many"},
+            ValueError,
+            "`worker_count` must be an int, None or \"auto\", got 'many'.",
+        ),
+        ({"worker_count": 257}, ValueError, "`worker_count` must be at most 256"),
+        ({"worker_count": -1}, ValueError, "`worker_count` must be greater than or equal to 0, got -1."),
+        ({"worker_count": 1.5}, TypeError, "`worker_count` must be an int"),
+        ({"worker_count": None, "memory_limit_bytes": 1 << 30}, ValueError, "worker_count=None"),
+        (
+            {"worker_count": "auto", "memory_limit_bytes": 0},
+            ValueError,
+            "`memory_limit_bytes` must be greater",
+        ),
+        (
+            {"worker_count": "auto", "memory_limit_bytes": 1.5},
+            TypeError,
+            "`memory_limit_bytes` must be an int",
+        ),
+        ({"worker_count": 2, "memory_limit_bytes": 1 << 30}, ValueError, 'bounds `worker_count="auto"`'),
+    ],
+)
+def test_bad_auto_arguments_are_named(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as raised:
+        aioloader.DataLoader(
+            data_source=aioloader.RangeDataSource(0, 4, 1), sampler=aioloader.IndexSampler(4), **kwargs
+        )
+    assert message in str(raised.value)

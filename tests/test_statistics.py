@@ -1,0 +1,276 @@
+"""`iterator.statistics()`: counts that add up, bounds never exceeded, a report that names the
+stage made slow on purpose, and snapshots read from another thread while the loader runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aioloader
+from aioloader import LoaderStatistics
+from tests.conftest import repeated
+
+N = 400
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Plus(aioloader.MapTransform):
+    def map(self, x: int) -> int:
+        return x + 1
+
+
+class SlowPlus(aioloader.MapTransform):
+    def map(self, x: int) -> int:
+        time.sleep(0.002)
+        return x + 1
+
+
+class Even(aioloader.FilterTransform):
+    def filter(self, x: int) -> bool:
+        return x % 2 == 0
+
+
+class Twice(aioloader.FlatMapTransform):
+    max_fan_out = 2
+
+    def flat_map(self, x: int) -> list[int]:
+        return [x, x]
+
+
+class SlowSource:
+    """Reads that wait (as a network disk's do)."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, key: int) -> int:
+        time.sleep(0.002)
+        return key
+
+
+def loader(operations: list[Any], workers: int, source: Any = None, **kwargs: Any) -> aioloader.DataLoader:
+    return aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, N, 1) if source is None else source,
+        sampler=aioloader.IndexSampler(N, shuffle=True, num_epochs=1, seed=3),
+        operations=operations,
+        worker_count=workers,
+        **kwargs,
+    )
+
+
+def items(statistics: LoaderStatistics) -> dict[str, int]:
+    return {stage.name: stage.items for stage in statistics.stages}
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_counts_add_up_records_in_equal_records_out_plus_filtered(workers: int) -> None:
+    iterator = iter(loader([Plus(), Even(), Twice(), aioloader.Batch(7)], workers))
+    batches = list(iterator)
+    found = items(iterator.statistics())
+    kept = sum(1 for x in range(N) if (x + 1) % 2 == 0)
+    assert found["sampling"] == found["read"] == found["operations[0] (Plus.map)"] == N
+    # The filter's records in are its records out plus those it dropped.
+    assert found["operations[1] (Even.filter)"] == kept
+    assert found["operations[2] (Twice.flat_map)"] == 2 * kept
+    assert found["batch"] == found["consumer"] == len(batches) == -(-2 * kept // 7)
+    assert sum(len(batch) for batch in batches) == 2 * kept
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.asyncio
+async def test_async_iterator_counts_the_same(workers: int) -> None:
+    iterator = aloader = loader([Plus(), Even(), aioloader.Batch(8)], workers).__aiter__()
+    delivered = [batch async for batch in aloader]
+    found = items(iterator.statistics())
+    assert found["read"] == N
+    assert found["operations[1] (Even.filter)"] == N // 2
+    assert found["batch"] == found["consumer"] == len(delivered) == N // 2 // 8
+
+
+def test_before_the_first_output_only_the_consumer_is_there() -> None:
+    statistics = iter(loader([Plus()], 2)).statistics()
+    assert [stage.name for stage in statistics.stages] == ["consumer"]
+    assert statistics.stage("consumer").items == 0
+    with pytest.raises(KeyError, match="no stage named 'read'; there are \\['consumer'\\]"):
+        statistics.stage("read")
+
+
+@repeated
+@pytest.mark.parametrize("workers", [1, 3])
+def test_bounds_are_never_exceeded_and_figures_only_grow(workers: int, repeat: int) -> None:
+    options = aioloader.ReadOptions(prefetch_buffer_size=24)
+    iterator = iter(loader([Plus(), aioloader.Batch(4)], workers, read_options=options))
+    previous: dict[str, int] = {}
+    for _ in iterator:
+        statistics = iterator.statistics()
+        for buffer in statistics.buffers:
+            assert 0 <= buffer.in_use <= buffer.peak <= buffer.capacity, buffer
+        found = items(statistics)
+        assert all(found[name] >= count for name, count in previous.items())
+        previous = found
+        assert statistics.worker_count == workers
+        assert statistics.thread("workers").count == workers
+    assert previous["read"] == N
+
+
+@repeated
+def test_statistics_from_another_thread_while_the_loader_runs(repeat: int) -> None:
+    iterator = iter(loader([Plus(), Even(), aioloader.Batch(4)], 3))
+    snapshots: list[LoaderStatistics] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                snapshots.append(iterator.statistics())
+        except BaseException as error:
+            errors.append(error)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        total = sum(len(batch) for batch in iterator)
+    finally:
+        done.set()
+        watcher.join()
+    assert not errors
+    assert total == N // 2
+    reads = [items(s).get("read", 0) for s in snapshots]
+    assert reads == sorted(reads)
+    assert reads[-1] <= N
+
+
+def test_the_report_names_a_slow_operation() -> None:
+    statistics = _drain(loader([Plus(), SlowPlus(), aioloader.Batch(8)], 2))
+    stage, advice = _verdict(statistics)
+    assert stage == "operations[1] (SlowPlus.map)"
+    assert "raise `worker_count` (now 2)" in advice
+
+
+def test_the_report_names_slow_reads() -> None:
+    statistics = _drain(loader([Plus(), aioloader.Batch(8)], 2, source=SlowSource()))
+    stage, advice = _verdict(statistics)
+    assert stage == "read"
+    assert "reads wait: raise `ReadOptions.num_threads`" in advice
+
+
+def test_the_report_names_a_slow_operation_without_workers() -> None:
+    stage, advice = _verdict(_drain(loader([SlowPlus(), Even(), aioloader.Batch(8)], 0)))
+    assert stage == "operations[0] (SlowPlus.map)"
+    assert "`worker_count` > 0" in advice
+
+
+def test_the_report_names_a_slow_consumer() -> None:
+    iterator = iter(loader([Plus(), aioloader.Batch(4)], 2))
+    for _ in iterator:
+        time.sleep(0.01)  # the training step: far slower than the loader
+    statistics = iterator.statistics()
+    assert statistics.consumer_wait_share < 0.1
+    assert _verdict(statistics)[0] == "consumer"
+    assert "the consumer is the bottleneck" in statistics.summary()
+
+
+def test_the_device_stage_is_counted() -> None:
+    pytest.importorskip("jax")
+    device_put = aioloader.DevicePut(buffer_size=2)
+    iterator = iter(loader([Plus(), aioloader.Batch(16)], 2, device_put=device_put))
+    previous = 0
+    for _ in iterator:
+        statistics = iterator.statistics()
+        device = statistics.buffer("device buffer")
+        assert device.in_use <= device.peak <= device.capacity == 2
+        assert statistics.stage("device_put").items >= previous
+        previous = statistics.stage("device_put").items
+    statistics = iterator.statistics()
+    assert statistics.stage("device_put").items == statistics.stage("batch").items == N // 16
+    assert statistics.thread("device").count == 1
+
+
+def test_log_statistics_logs_the_summary_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    aioloader.log_statistics(1e-9)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aioloader.statistics"):
+            list(loader([Plus(), aioloader.Batch(40)], 1))
+    finally:
+        aioloader.log_statistics(None)
+    summaries = [r.getMessage() for r in caplog.records if r.name == "aioloader.statistics"]
+    assert len(summaries) >= 5
+    assert all("bottleneck:" in s for s in summaries)
+    caplog.clear()
+    list(loader([Plus(), aioloader.Batch(40)], 1))
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "`every_seconds` must be a finite number greater than 0, got 0."),
+        (float("inf"), ValueError, "got inf"),
+        ("10", TypeError, "`every_seconds` must be a number or None, got '10' of type str."),
+        (True, TypeError, "got True of type bool"),
+    ],
+)
+def test_log_statistics_rejects_bad_intervals(value: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message.replace("(", "\\(").replace(".", "\\.")):
+        aioloader.log_statistics(value)
+
+
+def test_statistics_can_be_switched_off_for_measuring_their_cost() -> None:
+    code = (
+        "import aioloader\n"
+        "it = iter(aioloader.DataLoader(data_source=aioloader.RangeDataSource(0, 50, 1),"
+        " sampler=aioloader.IndexSampler(50, shuffle=False, num_epochs=1), worker_count=2))\n"
+        "assert len(list(it)) == 50\n"
+        "print([(s.name, s.items) for s in it.statistics().stages])\n"
+    )
+    environment = {**os.environ, "AIOLOADER_STATISTICS": "0", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('sampling', 0), ('read', 0), ('consumer', 50)]"
+
+
+def _drain(dataloader: aioloader.DataLoader) -> LoaderStatistics:
+    iterator = iter(dataloader)
+    for _ in iterator:
+        pass
+    return iterator.statistics()
+
+
+def _verdict(statistics: LoaderStatistics) -> tuple[str, str]:
+    from aioloader._observability.report import bottleneck
+
+    return bottleneck(statistics)
+
+
+def test_after_set_state_the_figures_count_from_the_resumed_position() -> None:
+    iterator = iter(loader([Plus(), aioloader.Batch(8)], 2))
+    for _ in range(10):
+        next(iterator)
+    state = iterator.get_state()
+    iterator.set_state(state)
+    rest = list(iterator)
+    found = items(iterator.statistics())
+    assert found["read"] == N - 80
+    assert found["consumer"] == len(rest) == (N - 80) // 8
+
+
+def test_statistics_after_close_from_another_thread_keep_the_last_figures() -> None:
+    iterator = iter(loader([Plus(), aioloader.Batch(8)], 2))
+    for _ in range(5):
+        next(iterator)
+    closer = threading.Thread(target=iterator.close)
+    closer.start()
+    closer.join()
+    statistics = iterator.statistics()
+    assert statistics.stage("consumer").items >= 5
+    assert statistics.stage("read").items >= 40
+    assert statistics.elapsed_seconds == iterator.statistics().elapsed_seconds  # frozen at the end

@@ -1,0 +1,100 @@
+"""`WorkerThreads` with real threads over a real `Scheduler`: workers added later, retired, joined.
+
+A runner that takes a while to make stands for a subinterpreter's start:
+`join` must wait for it past its timeout (each worker has its own `started`
+event, a worker added by `worker_count="auto"` too), and a worker started
+after `close()` makes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from aioloader import IndexSampler, RangeDataSource
+from aioloader._executors.threads import WorkerThreads, thread_runner
+from aioloader._operations.transforms import compile_operations
+from aioloader._program.program import Program
+from aioloader._sampling.walk import Walk
+from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import SegmentRunner
+
+
+def scheduler_of(n: int = 100) -> Scheduler:
+    program = Program(RangeDataSource(0, n), Walk(IndexSampler(n, num_epochs=1)), compile_operations([]), 0)
+    return Scheduler(program, (0, 0, 0), 16, 4)
+
+
+class SlowStart:
+    """Runner factory whose runners are made only once `go` is set; counts what it made."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._make = thread_runner(scheduler.program)
+        self.making = threading.Event()
+        self.go = threading.Event()
+        self.made = 0
+        self.released = 0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[SegmentRunner]:
+        self.making.set()
+        self.go.wait(30)
+        self.made += 1
+        with self._make() as run:
+            yield run
+        self.released += 1
+
+
+def drain(scheduler: Scheduler) -> list[Any]:
+    items: list[Any] = []
+    while (found := scheduler.get()) is not None:
+        outputs, weight = found
+        items += outputs.items
+        scheduler.release(weight)
+    return items
+
+
+def test_a_worker_added_later_works_and_all_outputs_come_once() -> None:
+    scheduler = scheduler_of()
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 1, "test-worker")
+    workers.add()
+    workers.add()
+    assert drain(scheduler) == list(range(100))
+    scheduler.close()
+    assert workers.join()
+    assert workers.count() == 0
+
+
+def test_join_waits_for_a_worker_added_later_that_is_still_making_its_runner() -> None:
+    scheduler = scheduler_of()
+    slow = SlowStart(scheduler)
+    workers = WorkerThreads(scheduler, slow, 0, "test-worker")
+    workers.add()  # as `worker_count="auto"` adds one: with an event of its own
+    assert slow.making.wait(30)
+    scheduler.close()
+    threading.Timer(0.3, slow.go.set).start()  # past join's timeout below
+    assert workers.join(timeout=0.05)  # waited for the starting worker, which let its runner go
+    assert (slow.made, slow.released) == (1, 1)
+
+
+def test_a_worker_added_after_close_makes_nothing() -> None:
+    scheduler = scheduler_of()
+    slow = SlowStart(scheduler)
+    slow.go.set()
+    workers = WorkerThreads(scheduler, slow, 0, "test-worker")
+    scheduler.close()
+    workers.add()
+    assert workers.join()
+    assert slow.made == 0
+
+
+def test_a_retired_worker_ends_after_its_work_and_the_others_finish() -> None:
+    scheduler = scheduler_of(1000)
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 3, "test-worker")
+    workers.retire()
+    assert workers.count() <= 2
+    assert drain(scheduler) == list(range(1000))
+    scheduler.close()
+    assert workers.join()
