@@ -3,6 +3,7 @@ stage made slow on purpose, and snapshots read from another thread while the loa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -274,3 +275,29 @@ def test_statistics_after_close_from_another_thread_keep_the_last_figures() -> N
     assert statistics.stage("consumer").items >= 5
     assert statistics.stage("read").items >= 40
     assert statistics.elapsed_seconds == iterator.statistics().elapsed_seconds  # frozen at the end
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["for", "async for"])
+def test_a_dataset_iterator_gives_each_parallel_parts_figures(workers: int, asynchronous: bool) -> None:
+    # Two parts mixed: each is a DataLoader on the same engine, with its own figures,
+    # and what they delivered adds up to what the mix gave.
+    parts = [
+        aioloader.MapDataset.range(base, base + 40).to_iter_dataset().map(lambda x: x + 1).batch(4)
+        for base in (0, 1000)
+    ]
+    dataset = aioloader.IterDataset.mix(parts, [1, 1]).prefetch(workers)
+    if asynchronous:
+
+        async def run() -> tuple[int, list[aioloader.LoaderStatistics]]:
+            iterator = aiter(dataset)
+            taken = [batch async for batch in iterator]
+            return len(taken), iterator.statistics()
+
+        delivered, figures = asyncio.run(run())
+    else:
+        iterator = iter(dataset)
+        delivered, figures = len(list(iterator)), iterator.statistics()
+    assert len(figures) == 2
+    assert [items(part)["read"] for part in figures] == [40, 40]
+    assert sum(items(part)["consumer"] for part in figures) == delivered == 20

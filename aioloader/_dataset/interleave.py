@@ -24,6 +24,7 @@ from aioloader._common.validation import require_int
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, require_count, state_fields
+from aioloader._observability.statistics import LoaderStatistics
 
 T = TypeVar("T")
 
@@ -158,6 +159,12 @@ class InterleaveStage(Stage[Any]):
             open_stages = [stage for stage in self._slots if stage is not None]
         for stage in open_stages:
             stage.close()
+
+    def statistics(self) -> list[LoaderStatistics]:
+        """The figures of the parts of the datasets open in the slots now."""
+        with self._lock:
+            open_stages = [stage for stage in self._slots if stage is not None]
+        return [figures for stage in open_stages for figures in stage.statistics()]
 
 
 def _slot_state(which: int, stage: Stage[Any] | None, token: Any) -> list[Any]:

@@ -33,6 +33,7 @@ from aioloader._device.device_put import DevicePut
 from aioloader._device.handoff import Handoff
 from aioloader._iteration.iterators import AsyncDataLoaderIterator
 from aioloader._iteration.state import CheckpointableIterator
+from aioloader._observability.statistics import LoaderStatistics
 
 T = TypeVar("T")
 
@@ -199,6 +200,12 @@ class _Run:
             self.background = Background(self.stage, self.device)
         return self.background
 
+    def statistics(self) -> list[LoaderStatistics]:
+        if self.loader is not None:
+            return [self.loader.statistics()]
+        assert self.stage is not None
+        return self.stage.statistics()
+
     def get_state(self) -> dict[str, Any]:
         if self.loader is not None:
             return engine_state(self.loader.get_state())
@@ -263,6 +270,12 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,
         whatever its worker count, resumes right after the last output delivered."""
         return {"version": STATE_VERSION, "dataset": self._holder.run.get_state()}
+
+    def statistics(self) -> list[LoaderStatistics]:
+        """The figures of each parallel part (a `to_iter_dataset` and the maps, filters
+        and batch that joined it), in graph order: what `DataLoader`'s iterators give,
+        one per part. Any thread; it never waits for the pipeline."""
+        return self._holder.run.statistics()
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Continue from `state` (made by `get_state` of the same pipeline, or its JSON).

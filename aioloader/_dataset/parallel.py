@@ -30,6 +30,7 @@ from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import DataLoaderIterator, position_of, state_at
 from aioloader._loader import DataLoader
+from aioloader._observability.statistics import LoaderStatistics
 from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
 from aioloader._sampling.sampler import IndexSampler
 
@@ -118,6 +119,9 @@ class EngineStage(Stage[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._iterator.set_state(loader_state(state))
+
+    def statistics(self) -> list[LoaderStatistics]:
+        return [self._iterator.statistics()]
 
     def close(self) -> None:
         self._iterator.close()

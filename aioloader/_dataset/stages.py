@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from aioloader._device.device_put import DevicePut
+from aioloader._observability.statistics import LoaderStatistics
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -77,6 +78,10 @@ class Stage(abc.ABC, Generic[T_co]):
         """Stop every engine below (from any thread); idempotent."""
         for parent in self.parents:
             parent.close()
+
+    def statistics(self) -> list[LoaderStatistics]:
+        """The figures of the parallel parts below, in graph order (any thread)."""
+        return [figures for parent in self.parents for figures in parent.statistics()]
 
 
 class ForeignStage(Stage[Any]):
