@@ -52,7 +52,7 @@ def test_the_out_of_order_cases_do_finish_later_chunks_first(name: str, workers:
     """What makes them worth running: a reassembly that delivered chunks as they
     finish, rather than in order, would give other outputs here."""
     case = next(case for case in CASES if case.name == name)
-    operations = case.make_operations()
+    operations = case.operations(workers)
     loader = DataLoader(
         data_source=RangeDataSource(0, case.num_records),
         sampler=case.sampler(),

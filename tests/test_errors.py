@@ -154,7 +154,7 @@ async def test_async_errors_arrive_in_order(workers: int) -> None:
 @repeated
 @pytest.mark.parametrize("workers", [0, 1, 2, 8])
 def test_an_earlier_error_wins_when_a_later_chunk_finishes_first(workers: int, repeat: int) -> None:
-    got, error = drain(loader_with([LateEarly(), FailOn({21, 26})], workers))
+    got, error = drain(loader_with([LateEarly(workers), FailOn({21, 26})], workers))
     assert got == list(range(21))
     assert "bad element 21" in str(error)
     assert "index=21, record_key=21" in notes(error)
@@ -162,7 +162,7 @@ def test_an_earlier_error_wins_when_a_later_chunk_finishes_first(workers: int, r
 
 @pytest.mark.parametrize("workers", [0, 2, 3])
 def test_batches_before_an_error_arrive_when_a_later_chunk_fails_first(workers: int) -> None:
-    got, error = drain(loader_with([LateEarly(), FailOn({22, 27}), Batch(4)], workers))
+    got, error = drain(loader_with([LateEarly(workers), FailOn({22, 27}), Batch(4)], workers))
     assert [b.tolist() for b in got] == [list(range(b, b + 4)) for b in range(0, 20, 4)]
     assert "bad element 22" in str(error)
 

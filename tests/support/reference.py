@@ -13,7 +13,6 @@ reassembly that delivered results in the order they finish would fail.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import threading
 import time
@@ -96,21 +95,30 @@ def spin(seconds: float) -> None:
 class LateEarly(RandomMapTransform):
     """Makes later chunks finish before earlier ones, deterministically.
 
-    Each record costs 0.3 ms of CPU, so chunks hold a few records. With two
-    worker threads or more, a record whose value is 1 modulo 10 (never in the
-    first chunk, which is one record) waits until another worker has done a
-    record with a greater value: that record is in a later chunk (values are
-    sampler indices with `shuffle=False` and one epoch, and a chunk is one
-    worker's), which so finishes first. One record waits at a time, so that
-    two waits never wait for each other. `overtaken` counts the waits that
-    ended that way; a wait that gives up (a window too small for a second
-    chunk) stops all later waits. One object serves every worker
-    (`__deepcopy__`); it is a random map so that it runs in the main
-    interpreter with `executor="interpreter"`, and returns its element.
+    Each record costs 0.3 ms of CPU, so chunks hold a few records. When the
+    loader has `workers` threads, two or more, a record whose value is 1
+    modulo 10 waits, on its worker, until another worker has done a record
+    with a greater value: that record is in a later chunk (values are sampler
+    indices with `shuffle=False` and one epoch, and a chunk is one worker's),
+    which so finishes first. The worker count is told, not guessed from the
+    live threads: the first worker may run a whole epoch before the loader
+    has started the second (a busy machine), and then that wait still comes.
+
+    No wait where none can end: not with fewer than two workers, not on the
+    first record the gate sees (the first chunk, which the loader runs alone
+    to measure its cost; a resumed loader's may hold such a record), and not
+    twice at once (two waits could wait for each other). A wait gives up only
+    when the loader is closing: every other worker seen has ended, or none
+    has done a record for 2 s (one that never got a chunk); it then stops all
+    later waits. `overtaken` counts the waits that ended with a later record
+    done. One object serves every worker (`__deepcopy__`); it is a random map
+    so that it runs in the main interpreter with `executor="interpreter"`,
+    and returns its element. A gate serves one loader's iteration.
     """
 
-    def __init__(self) -> None:
-        self.done: dict[int, str] = {}  # value -> the worker that did it
+    def __init__(self, workers: int = 0) -> None:
+        self.workers = workers
+        self.done: dict[int, threading.Thread] = {}  # value -> the worker that did it
         self.changed = threading.Condition()
         self.waiting = False
         self.patient = True
@@ -121,9 +129,9 @@ class LateEarly(RandomMapTransform):
 
     def random_map(self, element: Any, rng: np.random.Generator) -> Any:
         spin(0.0003)
-        me = threading.current_thread().name
+        me = threading.current_thread()
         with self.changed:
-            if element % 10 == 1 and self.patient and not self.waiting and _on_one_of_several_workers():
+            if self._may_wait(element, me):
                 self.waiting = True
                 if self._wait_for_later(element, me):
                     self.overtaken += 1
@@ -134,25 +142,34 @@ class LateEarly(RandomMapTransform):
             self.changed.notify_all()
         return element
 
-    def _wait_for_later(self, element: int, me: str) -> bool:
-        """Wait (holding `changed`) until another worker has done a later record; give up
-        only when no other worker did any record for 2 s: the window has no room for
-        them, rather than a loaded machine that runs them slowly."""
+    def _may_wait(self, element: int, me: threading.Thread) -> bool:
+        return (
+            element % 10 == 1
+            and self.workers >= 2
+            and me.name.startswith("aioloader-worker-")
+            and bool(self.done)  # not the first chunk
+            and self.patient
+            and not self.waiting
+        )
+
+    def _wait_for_later(self, element: int, me: threading.Thread) -> bool:
+        """Wait (holding `changed`) until another worker has done a later record; False
+        if the loader is closing first (see the class)."""
+        count, since = len(self.done), time.monotonic()
         while not self._done_later(element, me):
-            if not self.changed.wait_for(functools.partial(self._more_than, len(self.done)), timeout=2.0):
+            if self._others_ended(me) or time.monotonic() - since > 2.0:
                 return False
+            self.changed.wait(0.05)  # wakes on progress; a thread's end notifies nobody
+            if len(self.done) > count:
+                count, since = len(self.done), time.monotonic()
         return True
 
-    def _more_than(self, count: int) -> bool:
-        return len(self.done) > count
+    def _done_later(self, element: int, me: threading.Thread) -> bool:
+        return any(value > element and worker is not me for value, worker in self.done.items())
 
-    def _done_later(self, element: int, me: str) -> bool:
-        return any(value > element and worker != me for value, worker in self.done.items())
-
-
-def _on_one_of_several_workers() -> bool:
-    names = {thread.name for thread in threading.enumerate()}
-    return threading.current_thread().name.startswith("aioloader-worker-") and "aioloader-worker-1" in names
+    def _others_ended(self, me: threading.Thread) -> bool:
+        others = {worker for worker in self.done.values() if worker is not me}
+        return bool(others) and not any(worker.is_alive() for worker in others)
 
 
 @dataclass(frozen=True)
@@ -171,11 +188,19 @@ class Case:
             self.num_records, shuffle=self.shuffle, num_epochs=self.num_epochs, seed=self.seed
         )
 
+    def operations(self, worker_count: int) -> list[Any]:
+        """Its operations for a loader with `worker_count` workers (a `LateEarly` needs to know)."""
+        operations = self.make_operations()
+        for op in operations:
+            if isinstance(op, LateEarly):
+                op.workers = worker_count
+        return operations
+
     def loader(self, worker_count: int, **kwargs: Any) -> DataLoader:
         return DataLoader(
             data_source=RangeDataSource(0, self.num_records),
             sampler=self.sampler(),
-            operations=self.make_operations(),
+            operations=self.operations(worker_count),
             worker_count=worker_count,
             **kwargs,
         )
