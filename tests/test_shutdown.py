@@ -602,7 +602,11 @@ def test_close_with_slow_reads_and_maps_is_quick(seconds: float, where: str, wor
     def consume() -> None:
         got.append(next(iterator))  # the first chunk is one record; the next is sized by CPU time
         taken.set()
-        consume_until_the_end(iterator, got, outcome)
+        try:
+            got.extend(iterator)  # single elements, not batches: no consume_until_the_end (.tolist())
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
 
     consumer = threading.Thread(target=consume)
     consumer.start()
