@@ -186,7 +186,8 @@ async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool,
     beat = asyncio.create_task(heartbeat())
     iterator = aiter(loader)
     async for _ in iterator:
-        while not slow.entered.is_set():  # a worker is in a record that takes 0.4 s
+        slow.entered.clear()  # a record that starts from now on has its 0.4 s still to run
+        while not slow.entered.is_set():
             await asyncio.sleep(0.001)
         break  # stopping waits for that record
     started = time.monotonic()

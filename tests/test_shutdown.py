@@ -602,7 +602,11 @@ def test_close_with_slow_reads_and_maps_is_quick(seconds: float, where: str, wor
     def consume() -> None:
         got.append(next(iterator))  # the first chunk is one record; the next is sized by CPU time
         taken.set()
-        consume_until_the_end(iterator, got, outcome)
+        try:
+            got.extend(iterator)  # single elements, not batches: no consume_until_the_end (.tolist())
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
 
     consumer = threading.Thread(target=consume)
     consumer.start()
@@ -636,4 +640,56 @@ def test_a_thousand_iterators_dropped_half_way() -> None:
             with iter(case.loader(rng.choice([0, 2]))) as resumed:
                 resumed.set_state(state)
                 assert_same_outputs(list(resumed), wanted[count:])
+    assert_all_joined()
+
+
+async def waits_after_0(element: Any) -> Any:
+    if element > 0:
+        await asyncio.Event().wait()  # forever, unless cancelled
+    return element
+
+
+def _others() -> set[asyncio.Task[Any]]:
+    return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[arg-type]
+
+
+@repeated
+@pytest.mark.parametrize("leave", ["drop", "set_state", "aclose"])
+def test_leaving_async_iteration_leaves_no_task_running_on_the_loop(
+    leave: str, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task of the loader's left running when the loop closes is destroyed
+    # by garbage collection later: "Exception ignored ... Event loop is closed"
+    # (pytest-asyncio closes each test's loop). Dropping the iterator or
+    # set_state() cancels its tasks on the spot, before anything else runs on
+    # the loop; aclose() returns once they are done.
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 40),
+        sampler=IndexSampler(40, num_epochs=1),
+        operations=[waits_after_0],
+        worker_count=2,
+    )
+
+    async def run() -> None:
+        iterator = aiter(loader)
+        assert await anext(iterator) == 0
+        for _ in range(10_000):  # until the workers have handed the loop a later chunk
+            if _others():
+                break
+            await asyncio.sleep(0.001)
+        assert _others()
+        if leave == "aclose":
+            await iterator.aclose()
+            assert _others() == set()
+            return
+        if leave == "set_state":
+            iterator.set_state(iterator.get_state())
+        del iterator  # the finalizer runs here, on the loop's thread
+        assert all(task.cancelling() for task in _others())
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    asyncio.run(run())
+    gc.collect()
+    assert unraisable == []
     assert_all_joined()

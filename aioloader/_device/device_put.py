@@ -98,6 +98,7 @@ class ThreadedOutputs(Protocol):
 
     def next(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
+    def stop(self) -> None: ...
     def close(self) -> None: ...
     def observe(self) -> Observation: ...
 
@@ -171,6 +172,11 @@ class DeviceEngine:
 
     def release(self, weight: int) -> None:
         pass  # the device thread gave the weight back already
+
+    def stop(self) -> None:
+        """Stop at once without waiting (see the inner engine's `stop`)."""
+        self._handoff.close(drop=True)
+        self._inner.stop()
 
     def close(self) -> None:
         self._handoff.close(drop=True)

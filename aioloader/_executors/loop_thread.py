@@ -26,6 +26,7 @@ class AsyncSegments:
     def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
         self._scheduler, self._loop = scheduler, loop
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False  # set by `cancel`: no task starts after it
 
     def submit(self, work: Work) -> None:
         """Run `work`'s asynchronous segments (from any thread)."""
@@ -33,6 +34,8 @@ class AsyncSegments:
             self._loop.call_soon_threadsafe(self._start, work)
 
     def _start(self, work: Work) -> None:
+        if self._closed:
+            return  # submitted before `cancel` reached the loop: the scheduler is closed
         task = self._loop.create_task(self._run(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -44,18 +47,45 @@ class AsyncSegments:
                 await work.await_segment(program)
             scheduler.advance(work)
         except asyncio.CancelledError:
+            # Not ours (`cancel` sets `_closed` first): the loop is shutting down
+            # with the iterator still open (asyncio.run's end); start no task
+            # that it would leave pending once closed.
+            self._closed = True
             raise
         except BaseException as error:
             scheduler.fail(error)
 
     def cancel(self) -> None:
-        """Cancel every segment in progress (from any thread)."""
+        """Cancel every segment in progress, and start none after (from any thread).
+
+        On the loop's own thread the tasks are cancelled here and now, so that
+        a loop about to close (an iterator dropped at the end of `asyncio.run`)
+        finishes them: a task left pending on a closed loop is an error at
+        garbage collection. From another thread the loop cancels them soon.
+        """
+        self._closed = True
+        if _running_loop() is self._loop:
+            self._cancel_now()
+            return
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._cancel_now)
+
+    async def finished(self) -> None:
+        """Wait, on the loop, for the tasks that `cancel` cancelled to end (on
+        another loop, an `aclose()` from the wrong one, there is nothing to wait on)."""
+        if self._tasks and _running_loop() is self._loop:
+            await asyncio.wait(list(self._tasks))
 
     def _cancel_now(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class LoopThread:

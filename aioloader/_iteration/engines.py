@@ -75,6 +75,9 @@ class AsyncEngine(Protocol):
       worker threads without blocking it. What the iterator's `aclose()` uses.
     * `close()`: the same from the finalizer (any thread, no loop to await
       on); idempotent.
+    * `stop()`: the part of closing that does not wait, from any thread; on
+      the loop's thread it leaves no task of the engine's running there
+      but cancelled ones, before a closer thread does the rest with `close()`.
 
     Both kinds have `observe()`: what `statistics()` needs (the meters, the
     buffers, the thread counts); any thread, never blocks for long.
@@ -82,6 +85,7 @@ class AsyncEngine(Protocol):
 
     async def anext(self) -> tuple[Outputs, int] | None: ...
     def release(self, weight: int) -> None: ...
+    def stop(self) -> None: ...
     def close(self) -> None: ...
     async def aclose(self) -> None: ...
     def observe(self) -> Observation: ...
@@ -152,7 +156,7 @@ class ThreadedEngine:
         if weight:
             self.scheduler.release(weight)
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         self.scheduler.close()
         if self._segments is not None:
             self._segments.cancel()
@@ -163,7 +167,7 @@ class ThreadedEngine:
 
     def close(self) -> None:
         """Stop everything and join every thread (any thread may call it)."""
-        self._stop()
+        self.stop()
         self._close_read_pool()
         self._workers.join()
         if self._loop_thread is not None:
@@ -172,8 +176,10 @@ class ThreadedEngine:
     async def aclose(self) -> None:
         """`close` on the consumer's loop: stops at once, then joins on a closer thread,
         awaiting it without blocking the loop (a read in flight may take a while)."""
-        self._stop()
+        self.stop()
         await aclose_elsewhere(self.close)
+        if self._segments is not None:
+            await self._segments.finished()  # none left pending when the loop closes
 
 
 class InlineEngine:
@@ -261,6 +267,9 @@ class AsyncInlineEngine:
     def release(self, weight: int) -> None:
         pass
 
+    def stop(self) -> None:
+        pass  # nothing of its own runs on the loop: only what `anext()` awaits, in the consumer's task
+
     def close(self) -> None:
         # No threads but the early read's; the rest goes with the engine.
         if self._early is not None:
@@ -341,12 +350,18 @@ class EngineHolder(Generic[E]):
         if engine is not None:
             engine.close()
 
-    def close_elsewhere(self) -> None:
+    def close_elsewhere(self: EngineHolder[AsyncEngine]) -> None:
         """Close the engine on a closer thread: an async iterator's finalizer runs on
-        the event loop's thread (leaving `async for` with `break`), which must not wait."""
-        engine = self.take()
-        if engine is not None:
-            close_elsewhere(engine.close)
+        the event loop's thread (leaving `async for` with `break`), which must not wait.
+        It stops here first (see `AsyncEngine.stop`)."""
+        stop_elsewhere(self.take())
+
+
+def stop_elsewhere(engine: AsyncEngine | None) -> None:
+    """Stop `engine` now, here, and close it on a closer thread."""
+    if engine is not None:
+        engine.stop()
+        close_elsewhere(engine.close)
 
 
 def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> SyncEngine:

@@ -26,8 +26,15 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
-from aioloader._executors.threads import close_elsewhere
-from aioloader._iteration.engines import AsyncEngine, E, EngineHolder, SyncEngine, async_engine, sync_engine
+from aioloader._iteration.engines import (
+    AsyncEngine,
+    E,
+    EngineHolder,
+    SyncEngine,
+    async_engine,
+    stop_elsewhere,
+    sync_engine,
+)
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import check_position, dump_state, load_state, make_state
 from aioloader._observability import logs as logs
@@ -469,9 +476,7 @@ class AsyncDataLoaderIterator:
         pipeline is a ValueError that names what differs. The threads that
         ran are joined on a closer thread, not on the loop.
         """
-        engine = self._cursor.set_state(state)
-        if engine is not None:
-            close_elsewhere(engine.close)
+        stop_elsewhere(self._cursor.set_state(state))
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
