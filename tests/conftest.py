@@ -45,7 +45,9 @@ ORBAX_MISSING = (
     "wheels for 3.14t, none for 3.13t"
 )
 
-REPEATS = int(os.environ.get("AIOLOADER_REPEATS", "10" if FREE_THREADED else "3"))
+# Concurrency tests run this many times in each session (more with the GIL off, where
+# races show); AIOLOADER_REPEATS=50 for a long hunt.
+REPEATS = int(os.environ.get("AIOLOADER_REPEATS", "6" if FREE_THREADED else "3"))
 repeated = pytest.mark.parametrize("repeat", range(REPEATS), ids=lambda r: f"run{r}")
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.envs import EnvSpec, ensure_env
@@ -54,41 +56,88 @@ def run(python: Path, args: Sequence[str], **env: str) -> int:
 
 def test(pytest_args: Sequence[str]) -> int:
     """Lint and type-check once, then run pytest on the GIL and free-threaded builds,
-    and on pyenv's CPython 3.13 (GIL), where `executor="interpreter"` runs."""
-    timings: list[tuple[str, float, int]] = []
+    and on pyenv's CPython 3.13 (GIL), where `executor="interpreter"` runs.
 
-    def step(name: str, action: Callable[[], int]) -> None:
-        started = time.monotonic()
-        code = action()
-        timings.append((name, time.monotonic() - started, code))
-
+    The three pytest sessions run at the same time, each in its own process
+    with its own temporary folder: most of a session's time is threads and
+    servers waiting (joins, slow reads, shutdowns), not CPU, so two cores
+    serve three sessions well. Each session's output is printed whole when
+    it ends; its log stays in the folder named at the start.
+    """
     gil = ensure_env(gil_spec(), REPO)
-    step("ruff check", lambda: run(gil, ["-m", "ruff", "check", "."]))
-    step("ruff format", lambda: run(gil, ["-m", "ruff", "format", "--check", "."]))
-    step("mypy", lambda: run(gil, ["-m", "mypy"]))
-    step("pytest (GIL)", lambda: run(gil, ["-m", "pytest", *pytest_args]))
     ft = ensure_env(ft_spec(), REPO)
-    # The free-threaded session gets its ArrayRecord test files from the
-    # official writer, which only installs on the GIL build.
-    step(
-        "pytest (free-threaded, PYTHON_GIL=0)",
-        lambda: run(ft, ["-m", "pytest", *pytest_args], PYTHON_GIL="0", AIOLOADER_GIL_PYTHON=str(gil)),
-    )
     gil313 = ensure_env(gil313_spec(), REPO)
-    # This session is for the subinterpreters on a GIL build: the tests marked
-    # `subinterpreters` (the two sessions above run them too, and everything
-    # else). A `-m` in ARGS comes later and wins.
-    step(
-        "pytest (CPython 3.13, GIL: subinterpreters)",
-        lambda: run(
+    timings = [
+        _timed("ruff check", lambda: run(gil, ["-m", "ruff", "check", "."])),
+        _timed("ruff format", lambda: run(gil, ["-m", "ruff", "format", "--check", "."])),
+        _timed("mypy", lambda: run(gil, ["-m", "mypy"])),
+    ]
+    sessions = [
+        Session("pytest (GIL)", gil, ["-m", "pytest", *pytest_args], {}),
+        # The free-threaded session gets its ArrayRecord test files from the
+        # official writer, which only installs on the GIL build.
+        Session(
+            "pytest (free-threaded, PYTHON_GIL=0)",
+            ft,
+            ["-m", "pytest", *pytest_args],
+            {"PYTHON_GIL": "0", "AIOLOADER_GIL_PYTHON": str(gil)},
+        ),
+        # For the subinterpreters on a GIL build: the tests marked
+        # `subinterpreters` (the two sessions above run them too, and
+        # everything else). A `-m` in ARGS comes later and wins.
+        Session(
+            "pytest (CPython 3.13, GIL: subinterpreters)",
             gil313,
             ["-m", "pytest", "-m", "subinterpreters and not slow", *pytest_args],
-            AIOLOADER_GIL_PYTHON=str(gil),
+            {"AIOLOADER_GIL_PYTHON": str(gil)},
         ),
-    )
+    ]
+    timings += run_at_once(sessions)
     for name, seconds, code in timings:
         say(f"{'ok  ' if code == 0 else 'FAIL'} {name} ({seconds:.0f} s)")
     return 0 if all(code == 0 for _, _, code in timings) else 1
+
+
+def _timed(name: str, action: Callable[[], int]) -> tuple[str, float, int]:
+    started = time.monotonic()
+    code = action()
+    return name, time.monotonic() - started, code
+
+
+@dataclass
+class Session:
+    """One pytest run: its name, interpreter, arguments and extra environment."""
+
+    name: str
+    python: Path
+    args: list[str]
+    env: dict[str, str]
+
+
+def run_at_once(sessions: Sequence[Session]) -> list[tuple[str, float, int]]:
+    """Run `sessions` concurrently, each logging to a file; print each log as it ends."""
+    folder = Path(tempfile.mkdtemp(prefix="aioloader-test-"))
+    say(f"{len(sessions)} pytest sessions at once; their logs: {folder}")
+    started = time.monotonic()
+    running: dict[subprocess.Popen[bytes], tuple[Session, Path]] = {}
+    for i, session in enumerate(sessions):
+        log = folder / f"session-{i}.log"
+        basetemp = folder / f"tmp-{i}"  # pytest empties its own; never another session's
+        env = {**os.environ, "PYTHONPATH": str(REPO), **session.env}
+        command = [str(session.python), *session.args, f"--basetemp={basetemp}"]
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        running[process] = (session, log)
+    results: dict[str, tuple[str, float, int]] = {}
+    while running:
+        time.sleep(0.5)
+        for process in [p for p in running if p.poll() is not None]:
+            session, log = running.pop(process)
+            say(f"{session.name}: ended ({process.returncode}); its output:")
+            sys.stdout.write(log.read_text(errors="replace"))
+            sys.stdout.flush()
+            results[session.name] = (session.name, time.monotonic() - started, process.returncode)
+    return [results[session.name] for session in sessions]
 
 
 def train(args: Sequence[str]) -> int:
