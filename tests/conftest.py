@@ -37,14 +37,14 @@ os.environ |= {
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 REPO = Path(__file__).resolve().parent.parent
 
-# Concurrency tests run this many times: more where the GIL is off, where
-# races have the most room to show (AIOLOADER_REPEATS=50 for a long hunt).
 # Why the orbax tests skip where they do.
 ORBAX_MISSING = (
     "needs orbax-checkpoint (the `orbax` extra), which needs tensorstore: it has free-threaded "
     "wheels for 3.14t, none for 3.13t"
 )
 
+# Concurrency tests run this many times: more where the GIL is off, where
+# races have the most room to show (AIOLOADER_REPEATS=50 for a long hunt).
 REPEATS = int(os.environ.get("AIOLOADER_REPEATS", "6" if FREE_THREADED else "3"))
 repeated = pytest.mark.parametrize("repeat", range(REPEATS), ids=lambda r: f"run{r}")
 
