@@ -31,7 +31,7 @@ from aioloader._dataset.prefetch import DevicePutIterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage
 from aioloader._device.device_put import DevicePut
 from aioloader._device.handoff import Handoff
-from aioloader._iteration.iterators import AsyncDataLoaderIterator
+from aioloader._iteration.iterators import AsyncDataLoaderIterator, position_of
 from aioloader._iteration.state import CheckpointableIterator
 from aioloader._observability.statistics import LoaderStatistics
 
@@ -208,7 +208,7 @@ class _Run:
 
     def get_state(self) -> dict[str, Any]:
         if self.loader is not None:
-            return engine_state(self.loader.get_state())
+            return engine_state(self.loader, position_of(self.loader))
         assert self.stage is not None
         if self.token is _NOW:
             return self.stage.get_state()

@@ -17,7 +17,6 @@ reassembly, the device stage. Its checkpoint is the DataLoader iterator's state.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -28,7 +27,7 @@ from aioloader._dataset.base import MapDataset
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
 from aioloader._device.device_put import DevicePut
-from aioloader._iteration.iterators import DataLoaderIterator, position_of, state_at
+from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator, position_of, state_at
 from aioloader._loader import DataLoader
 from aioloader._observability.statistics import LoaderStatistics
 from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
@@ -115,7 +114,7 @@ class EngineStage(Stage[Any]):
         return position_of(self._iterator)
 
     def state_of(self, token: Position) -> dict[str, Any]:
-        return engine_state(state_at(self._iterator, token))
+        return engine_state(self._iterator, token)
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._iterator.set_state(loader_state(state))
@@ -127,11 +126,11 @@ class EngineStage(Stage[Any]):
         self._iterator.close()
 
 
-def engine_state(state: Any) -> dict[str, Any]:
-    """A parallel part's state, from its DataLoader iterator's: aioloader's part of it (the
-    bytes of `get_state()` also hold Grain's fields, which a part's loader never needs)."""
-    loader = json.loads(state)["aioloader"] if isinstance(state, bytes) else state
-    return {"stage": "parallel", "loader": loader}
+def engine_state(iterator: DataLoaderIterator | AsyncDataLoaderIterator, token: Position) -> dict[str, Any]:
+    """A parallel part's state at `token` (a position of its DataLoader iterator): the
+    loader's state as a dict, without the Grain fields of `get_state()`'s bytes, which a
+    part's loader never needs."""
+    return {"stage": "parallel", "loader": state_at(iterator, token)}
 
 
 def loader_state(state: Any) -> dict[str, Any]:
