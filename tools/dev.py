@@ -50,8 +50,12 @@ SPECS: dict[str, Callable[[], EnvSpec]] = {"gil": gil_spec, "ft": ft_spec, "gil3
 
 def run(python: Path, args: Sequence[str], **env: str) -> int:
     """Run `python args...` in the repository with the checkout importable."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
-    return subprocess.run([str(python), *args], cwd=REPO, env=full_env).returncode
+    return subprocess.run([str(python), *args], cwd=REPO, env=_environment(env)).returncode
+
+
+def _environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with the checkout importable, and `extra`."""
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
 def test(pytest_args: Sequence[str]) -> int:
@@ -123,10 +127,11 @@ def run_at_once(sessions: Sequence[Session]) -> list[tuple[str, float, int]]:
     for i, session in enumerate(sessions):
         log = folder / f"session-{i}.log"
         basetemp = folder / f"tmp-{i}"  # pytest empties its own; never another session's
-        env = {**os.environ, "PYTHONPATH": str(REPO), **session.env}
         command = [str(session.python), *session.args, f"--basetemp={basetemp}"]
         with log.open("wb") as out:
-            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, cwd=REPO, env=_environment(session.env), stdout=out, stderr=subprocess.STDOUT
+            )
         running[process] = (session, log)
     results: dict[str, tuple[str, float, int]] = {}
     while running:
