@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from aioloader._executors.threads import closes_in_flight
 from aioloader._sources.arrayrecord.source import array_record_installed
 from tests.support.arrayrecord_files import write_all
 from tests.support.object_store import FaultProxy, S3Place, serve
@@ -92,6 +93,8 @@ def aioloader_threads() -> list[threading.Thread]:
 def wait_for_no_threads(timeout: float = 2.0) -> list[threading.Thread]:
     """Wait up to `timeout` for aioloader's threads to end; return those still alive."""
     deadline = time.monotonic() + timeout
+    while closes_in_flight() and time.monotonic() < deadline:  # a closer thread may be yet to start
+        time.sleep(0.001)
     for thread in aioloader_threads():
         thread.join(max(0.0, deadline - time.monotonic()))
     return aioloader_threads()

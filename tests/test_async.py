@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
+import sys
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -163,11 +164,64 @@ async def test_iterators_are_async_context_managers() -> None:
 # running while the worker threads finish what they were doing and are joined.
 
 
+class LoopWatch:
+    """Samples a thread's Python stack every half millisecond, from a thread of its own,
+    and keeps every blocking wait of `threading` it finds there (a join, a lock or
+    event wait): what freezes an event loop that runs on that thread."""
+
+    WAITS = frozenset({"join", "_wait_for_tstate_lock", "wait", "wait_for"})
+
+    def __init__(self) -> None:
+        self.watched = threading.get_ident()
+        self.seen: set[str] = set()
+        self.samples = 0
+        self._done, self._watching = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="loop-watch")
+
+    def __enter__(self) -> LoopWatch:
+        self._thread.start()
+        self._watching.set()  # not before: `start()` itself waits for the new thread
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        self._watching.wait()
+        while not self._done.wait(0.0005):
+            waits = self._waits(sys._current_frames().get(self.watched))
+            if self._done.is_set():  # the watched thread may be joining this one by now
+                return
+            self.samples += 1
+            self.seen.update(waits)
+
+    def _waits(self, frame: FrameType | None) -> set[str]:
+        found = set()
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename.endswith("threading.py") and code.co_name in self.WAITS:
+                caller = frame.f_back.f_code.co_qualname if frame.f_back else "?"
+                found.add(f"{code.co_name}, called by {caller}")
+            frame = frame.f_back
+        return found
+
+
 @repeated
 @pytest.mark.parametrize("how", ["break", "aclose", "set_state"])
 @pytest.mark.parametrize("device", [False, True], ids=["host", "device"])
 @pytest.mark.asyncio
 async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool, repeat: int) -> None:
+    """The loop's thread never waits for a thread (a join, or even a thread's start),
+    and a ticker task keeps ticking while the workers finish a record in progress.
+
+    Why the ticker's gaps are not held to a bound in milliseconds: on this
+    2-core machine under the test sessions' load, the loop's thread was seen
+    taking 0.1-0.6 s of wall time for 0.5 ms of CPU in `get_state()`, with
+    only involuntary context switches (it was runnable, not waiting): the
+    machine's stall, not the loader's. What freezes a loop is a wait, and
+    that is what the watch looks for, whatever the load.
+    """
     beats: list[float] = []
 
     async def heartbeat() -> None:
@@ -190,26 +244,25 @@ async def test_the_loop_runs_while_the_loader_shuts_down(how: str, device: bool,
         while not slow.entered.is_set():
             await asyncio.sleep(0.001)
         break  # stopping waits for that record
-    started = time.monotonic()
-    if how == "aclose":
-        await iterator.aclose()
-    elif how == "set_state":
-        iterator.set_state(iterator.get_state())
-        del iterator
-    else:
-        del iterator  # what leaving `async for` does: the finalizer closes it
-    while aioloader_threads():
-        await asyncio.sleep(0.001)
-    stopped = time.monotonic()
+    # Polled by `is_alive()`, which takes no lock (`threading.enumerate()` takes the module's).
+    workers = aioloader_threads()
+    with LoopWatch() as watch:
+        started = time.monotonic()
+        if how == "aclose":
+            await iterator.aclose()
+        elif how == "set_state":
+            iterator.set_state(iterator.get_state())
+            del iterator
+        else:
+            del iterator  # what leaving `async for` does: the finalizer closes it
+        while any(thread.is_alive() for thread in workers):
+            await asyncio.sleep(0.001)
+        stopped = time.monotonic()
     beat.cancel()
-    during = [b for b in beats if started <= b <= stopped]
-    gaps = [b - a for a, b in itertools.pairwise([started, *during, stopped])]
-    # The workers took a while to stop (a record in progress), and the loop ran
-    # meanwhile: no gap near the whole shutdown, as when a join blocked it.
-    assert stopped - started > 0.1
-    assert max(gaps) < (stopped - started) / 2, (
-        f"the loop stalled {max(gaps):.3f} s of {stopped - started:.3f} s"
-    )
+    assert stopped - started > 0.1  # the workers took a while to stop (a record in progress)
+    assert watch.samples > 0  # few on a busy machine: each sample stops every thread (3.13t)
+    assert not watch.seen, f"the loop's thread waited in {sorted(watch.seen)}"
+    assert len([b for b in beats if started <= b <= stopped]) >= 5, "the ticker did not tick meanwhile"
 
 
 # An iterator belongs to the event loop it started on.
