@@ -61,10 +61,6 @@ def _sorted_keys(mapping: dict[Any, Any]) -> list[Any]:
         return list(mapping)
 
 
-_SCALARS = (bool, float, complex, np.number, np.bool_)  # one type in, one dtype out
-_DEFAULT_INT = np.asarray(0).dtype  # what `np.asarray` makes of a Python int that fits
-
-
 def _stack_leaves(elements: Sequence[Any], path: str) -> np.ndarray:
     kinds = set(map(type, elements))
     if len(kinds) == 1:
@@ -90,8 +86,9 @@ def _stack_alike(kind: type, elements: Sequence[Any]) -> np.ndarray | None:
             return None  # different shapes: the one-by-one path says which
     if kind is int:
         stacked = np.asarray(elements)
-        return stacked if stacked.dtype == _DEFAULT_INT else None
-    if issubclass(kind, _SCALARS):
+        return stacked if stacked.dtype == np.dtype(int) else None  # what `np.asarray` makes of one that fits
+    # One type in, one dtype out (no numpy at import: a subinterpreter imports this module).
+    if issubclass(kind, (bool, float, complex, np.number, np.bool_)):
         return np.asarray(elements)
     return None
 
