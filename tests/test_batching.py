@@ -137,3 +137,37 @@ def test_grain_raises_that_type_too(name: str) -> None:
 
     with pytest.raises(ValueError):  # noqa: PT011 - the type is what is compared
         make_batch(DIFFERENT[name])
+
+
+LEAVES_OF_ONE_TYPE = {
+    "ints": [1, -2, 3],
+    "ints beyond int64": [2**63, 2**63 + 1],
+    "an int beyond int64 among small ones": [5, 2**63, 7],
+    "ints beyond uint64": [2**70, 1],
+    "bools": [True, False],
+    "floats": [1.5, -0.0, float("nan")],
+    "complex": [1j, 2 + 0j],
+    "float32 scalars": [np.float32(1), np.float32(2.5)],
+    "uint64 scalars": [np.uint64(2**64 - 1), np.uint64(0)],
+    "numpy bools": [np.bool_(True), np.bool_(False)],
+    "arrays": [np.zeros((2, 3), np.float32), np.ones((2, 3), np.float32)],
+    "big-endian arrays": [np.array(1, dtype=">i4"), np.array(2, dtype=">i4")],
+    "masked arrays": [np.ma.masked_array([1, 2]), np.ma.masked_array([3, 4])],
+    "datetimes of two units": [np.datetime64("2020-01-01"), np.datetime64("2020-01-02T03")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEAVES_OF_ONE_TYPE))
+def test_leaves_of_one_type_stack_as_one_by_one(name: str) -> None:
+    """Leaves of one type take a one-call path; its batch is exactly the one-by-one
+    stack (`np.stack` of each leaf as an array): same dtype, shape and values."""
+    elements = LEAVES_OF_ONE_TYPE[name]
+    expected = np.stack([np.asarray(e) for e in elements])
+    got = stack(elements)
+    assert (got.dtype, got.shape, type(got)) == (expected.dtype, expected.shape, type(expected))
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_arrays_of_different_shapes_still_name_the_shapes() -> None:
+    with pytest.raises(ValueError, match=r"element has different shapes \[\(2,\), \(3,\)\]"):
+        stack([np.zeros(2), np.zeros(3)])

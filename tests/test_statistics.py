@@ -200,7 +200,9 @@ def test_log_statistics_logs_the_summary_at_debug(caplog: pytest.LogCaptureFixtu
     aioloader.log_statistics(1e-9)
     try:
         with caplog.at_level(logging.DEBUG, logger="aioloader.statistics"):
-            list(loader([Plus(), aioloader.Batch(40)], 1))
+            # A slow map, so the consumer waits for each of the 10 batches (a log is
+            # written when it waits): with a fast one it may find most of them ready.
+            list(loader([SlowPlus(), aioloader.Batch(40)], 1))
     finally:
         aioloader.log_statistics(None)
     summaries = [r.getMessage() for r in caplog.records if r.name == "aioloader.statistics"]

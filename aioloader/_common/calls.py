@@ -13,13 +13,14 @@ Two things go wrong when user code is applied with `map` and collected with
   chunk. Here every call first checks the engine's `Shutdown`, and raises
   `Stopped` once it is set: a closed loader waits for one call, not a chunk.
 
-`calls` and `paired_calls` are generators (a Python loop, about a plain loop's
-cost per element); `checked` wraps a function for a thread pool's `map`.
+`call_each` and `call_pairs` append to a list in one Python loop (about a
+plain loop's cost per element); `checked` wraps a function for a thread
+pool's `map`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -68,36 +69,44 @@ def stray_stop(error: BaseException, what: str) -> BaseException:
     return wrapped
 
 
-def calls(
-    function: Callable[[Any], Any], items: Iterable[Any], what: str, shutdown: Shutdown
-) -> Iterator[Any]:
-    """`function(item)` for each item, in order (see the module docstring)."""
-    for item in items:
-        if shutdown.closing:
-            raise Stopped
-        try:
-            result = function(item)
-        except StopIteration as error:
-            raise stray_stop(error, what) from error
-        yield result
+def call_each(
+    out: list[Any], function: Callable[[Any], Any], items: Iterable[Any], what: str, shutdown: Shutdown
+) -> None:
+    """Append `function(item)` to `out` for each item, in order (see the module docstring).
+
+    If a call raises, `out` holds the results before it: its length is the
+    index of the item that failed. One `try` around the whole loop, not a
+    generator resumed per item: the loop is a plain loop's, plus one
+    attribute load for the shutdown check.
+    """
+    append = out.append
+    try:
+        for item in items:
+            if shutdown.closing:
+                raise Stopped
+            append(function(item))
+    except StopIteration as error:  # only `function` can raise it here: the loop ends on its own
+        raise stray_stop(error, what) from error
 
 
-def paired_calls(
+def call_pairs(
+    out: list[Any],
     function: Callable[[Any, Any], Any],
     items: Iterable[Any],
     others: Iterable[Any],
     what: str,
     shutdown: Shutdown,
-) -> Iterator[Any]:
-    """`function(item, other)` for each pair, in order (see the module docstring)."""
-    for item, other in zip(items, others, strict=True):
-        if shutdown.closing:
-            raise Stopped
-        try:
-            result = function(item, other)
-        except StopIteration as error:
-            raise stray_stop(error, what) from error
-        yield result
+) -> None:
+    """Append `function(item, other)` to `out` for each pair, in order (as `call_each`)."""
+    append = out.append
+    pairs = zip(items, others, strict=True)
+    try:
+        for item, other in pairs:
+            if shutdown.closing:
+                raise Stopped
+            append(function(item, other))
+    except StopIteration as error:
+        raise stray_stop(error, what) from error
 
 
 def checked(function: Callable[[Any], Any], what: str, shutdown: Shutdown) -> Callable[[Any], Any]:

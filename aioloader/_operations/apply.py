@@ -12,7 +12,7 @@ operation failing on an earlier element replaces the failure, because that
 element comes first. An element whose filter or flat-map raises contributes
 nothing, not even the elements its flat-map yielded before raising.
 
-The user's functions are called through `calls` (see `_common/calls`): a
+The user's functions are called through `call_each` (see `_common/calls`): a
 StopIteration they raise is an error like any other, and a closed loader
 stops the run between two elements (`Stopped`). A filter must return a bool
 (Python's or NumPy's): anything else, such as the None of a forgotten
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Shutdown, calls, paired_calls
+from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs
 from aioloader._common.failures import Failure
 from aioloader._operations.transforms import Kind, Op
 
@@ -107,10 +107,10 @@ def apply(op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER) -> Non
     Raises `Stopped` between two elements once `shutdown` is set.
     """
     if op.kind is Kind.MAP:
-        _extend(op, run, calls(op.function(), run.items, op.label, shutdown))
+        _collect(op, run, call_each, op.function(), run.items, op.label, shutdown)
     elif op.kind is Kind.RANDOM_MAP:
         rngs = _rngs(op, run, seed)
-        _extend(op, run, paired_calls(op.function(), run.items, rngs, op.label, shutdown))
+        _collect(op, run, call_pairs, op.function(), run.items, rngs, op.label, shutdown)
     elif op.kind is Kind.FILTER:
         _filter(op, run, shutdown)
     elif op.kind is Kind.FLAT_MAP:
@@ -128,15 +128,13 @@ def _rngs(op: Op, run: Run, seed: int | None) -> Iterator[np.random.Generator]:
     return map(op.rng, map(run.record_index, origins))
 
 
-def _extend(op: Op, run: Run, results: Iterator[Any]) -> None:
-    """Collect one result per element, keeping track of a failure.
-
-    `list.extend` keeps what it appended before the iterator raised, so the
-    length of `out` is the index of the element that failed.
-    """
+def _collect(op: Op, run: Run, caller: Callable[..., None], *arguments: Any) -> None:
+    """Collect one result per element with `caller(out, *arguments)`, keeping track of
+    a failure: the caller keeps what it appended before a call raised, so the
+    length of `out` is the index of the element that failed."""
     out: list[Any] = []
     try:
-        out.extend(results)
+        caller(out, *arguments)
     except Exception as error:
         run.fail(len(out), error, op.label)
     run.items = out
@@ -146,14 +144,19 @@ def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
     """Keep the elements `op` is true for.
 
     A run the filter keeps whole (the common case) stays as it was, one element
-    per origin, so its positions stay cheap. As in `_extend`, the length of
+    per origin, so its positions stay cheap. As in `_collect`, the length of
     `flags` is the index of the element whose filter failed (or did not answer
     with a bool).
     """
+    fn = op.function()
+
+    def kept(element: Any) -> bool:
+        return _kept(op, fn(element))
+
     flags: list[bool] = []
     error: Exception | None = None
     try:
-        flags.extend(map(_kept, itertools.repeat(op), calls(op.function(), run.items, op.label, shutdown)))
+        call_each(flags, kept, run.items, op.label, shutdown)
     except Exception as caught:
         error = caught
     if error is None and all(flags):

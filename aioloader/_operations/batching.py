@@ -62,6 +62,38 @@ def _sorted_keys(mapping: dict[Any, Any]) -> list[Any]:
 
 
 def _stack_leaves(elements: Sequence[Any], path: str) -> np.ndarray:
+    kinds = set(map(type, elements))
+    if len(kinds) == 1:
+        stacked = _stack_alike(kinds.pop(), elements)
+        if stacked is not None:
+            return stacked
+    return _stack_mixed(elements, path)
+
+
+def _stack_alike(kind: type, elements: Sequence[Any]) -> np.ndarray | None:
+    """Leaves all of one type `kind`, stacked in one numpy call where that gives
+    exactly what stacking them one by one gives (else None).
+
+    Plain arrays go to `np.stack` as they are (it makes each an array anyway).
+    Scalars of one type have one dtype each, so `np.asarray` of their list is
+    their stack; Python ints only if the list is of the default int (each fits
+    in it: a larger one makes numpy pick another dtype for it alone).
+    """
+    if kind is np.ndarray:
+        try:
+            return np.stack(elements)
+        except ValueError:
+            return None  # different shapes: the one-by-one path says which
+    if kind is int:
+        stacked = np.asarray(elements)
+        return stacked if stacked.dtype == np.dtype(int) else None  # what `np.asarray` makes of one that fits
+    # One type in, one dtype out (no numpy at import: a subinterpreter imports this module).
+    if issubclass(kind, (bool, float, complex, np.number, np.bool_)):
+        return np.asarray(elements)
+    return None
+
+
+def _stack_mixed(elements: Sequence[Any], path: str) -> np.ndarray:
     if any(isinstance(e, (str, bytes)) for e in elements):
         exact = np.empty(len(elements), dtype=object)
         for i, element in enumerate(elements):  # one by one: numpy converts nothing

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Shutdown, calls, checked
+from aioloader._common.calls import NEVER, Shutdown, call_each, checked
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
@@ -88,9 +88,9 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
     It must return one record per key: any other count is a ValueError on the
     chunk's first record, since records would be lost or moved onto other
     keys. One by one, `mapper` (a read pool's concurrent map, given a
-    function that checks `shutdown` first) or else `calls` reads them in
-    order, and `list.extend` collects them, keeping what it appended before a
-    read raised: its length is the failing key's.
+    function that checks `shutdown` first) or else `call_each` reads them
+    in order; both keep what they appended before a read raised: the list's
+    length is the failing key's.
     """
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
@@ -106,7 +106,7 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
     chunk.items = items
     try:
         if mapper is None:
-            items.extend(calls(source.__getitem__, chunk.keys, what, shutdown))
+            call_each(items, source.__getitem__, chunk.keys, what, shutdown)
         else:
             items.extend(mapper(checked(source.__getitem__, what, shutdown), chunk.keys))
     except Exception as error:

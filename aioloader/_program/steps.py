@@ -29,6 +29,11 @@ class Step(enum.Enum):
     BATCH = "batch"  # BatchJob -> BatchRun (the tail plan's BATCHES stage)
     BATCHES_OUT = "batches_out"  # BatchRun -> Outputs
 
+    # Members are singletons compared by identity, so identity's hash is right,
+    # and it is computed in C: Enum's own `__hash__` is a Python call, paid on
+    # every dispatch and every count of every step of every chunk.
+    __hash__ = object.__hash__
+
     @property
     def on_loop(self) -> bool:
         """True for the steps that are awaited on an event loop rather than run on a worker."""
