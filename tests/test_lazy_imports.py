@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Modules the sync path must not load: each costs milliseconds to import.
 HEAVY = ["asyncio", "ssl", "jax", "aiofiles", "sqlite3", "subprocess", "concurrent.futures", "zlib"]
+# Each of these costs a few ms on 3.13t: json and hashlib load with the first state
+# (`get_state`), numpy.ma with np.unique, which the sources avoid (`keys.distinct`).
+HEAVY += ["json", "hashlib", "numpy.ma"]
 
 
 def last_line_after(code: str, report: str) -> str:
@@ -30,7 +33,7 @@ def last_line_after(code: str, report: str) -> str:
 
 def loaded_after(code: str) -> list[str]:
     """Which of HEAVY are in `sys.modules` after running `code` in a fresh interpreter."""
-    report = f"import json; print(json.dumps(sorted(set({HEAVY!r}) & set(sys.modules))))"
+    report = f"found = sorted(set({HEAVY!r}) & set(sys.modules))\nimport json\nprint(json.dumps(found))"
     result: list[str] = json.loads(last_line_after(code, report))
     return result
 
