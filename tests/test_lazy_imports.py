@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Modules the sync path must not load: each costs milliseconds to import.
 HEAVY = ["asyncio", "ssl", "jax", "aiofiles", "sqlite3", "subprocess", "concurrent.futures", "zlib"]
 # Each of these costs a few ms on 3.13t: json and hashlib load with the first state
-# (`get_state`), numpy.ma with np.unique, which the sources avoid (`keys.distinct`).
-HEAVY += ["json", "hashlib", "numpy.ma"]
+# (`get_state`), numpy.ma with np.unique, which the sources avoid (`keys.distinct`),
+# logging with the first record aioloader writes.
+HEAVY += ["json", "hashlib", "numpy.ma", "logging"]
 
 
 def last_line_after(code: str, report: str) -> str:
