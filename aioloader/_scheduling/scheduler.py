@@ -184,8 +184,10 @@ class Scheduler:
         With a busy worker on every core, the woken consumer may wait a whole
         scheduling period for a core (100 ms on a loaded machine): the first
         output is handed over first. Only when the first chunk makes the first
-        output itself (no tail plan), and only while the consumer waits, so that
-        `start_prefetch()` fills the window before the first `next()`."""
+        output itself (no tail plan), and only while a thread waits in `get`:
+        `start_prefetch()` fills the window before the first `next()`, and an
+        `async for` keeps its timing (its loop runs the async segments too, and
+        an iterator left open at `asyncio.run`'s end must find them started)."""
         return self._tail is None and self._consumer_waits
 
     def _after_records_progress_locked(self) -> None:
@@ -246,7 +248,6 @@ class Scheduler:
             with self._lock:
                 if self._answerable_locked():
                     return self._answer_locked()
-                self._consumer_waits = True
                 waiter = self._result_ready.arm()
             await waiter
 
