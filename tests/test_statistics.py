@@ -34,6 +34,17 @@ class SlowPlus(aioloader.MapTransform):
         return x + 1
 
 
+class BusyPlus(aioloader.MapTransform):
+    """50 us of CPU a record: chunks are sized in CPU time, so each holds about one
+    batch of 40 on any machine (with `Plus`, how many chunks depends on its speed)."""
+
+    def map(self, x: int) -> int:
+        until = time.thread_time() + 50e-6
+        while time.thread_time() < until:
+            pass
+        return x + 1
+
+
 class Even(aioloader.FilterTransform):
     def filter(self, x: int) -> bool:
         return x % 2 == 0
@@ -200,7 +211,7 @@ def test_log_statistics_logs_the_summary_at_debug(caplog: pytest.LogCaptureFixtu
     aioloader.log_statistics(1e-9)
     try:
         with caplog.at_level(logging.DEBUG, logger="aioloader.statistics"):
-            list(loader([Plus(), aioloader.Batch(40)], 1))
+            list(loader([BusyPlus(), aioloader.Batch(40)], 1))
     finally:
         aioloader.log_statistics(None)
     summaries = [r.getMessage() for r in caplog.records if r.name == "aioloader.statistics"]
