@@ -26,28 +26,15 @@ import importlib as _importlib
 import typing as _typing
 
 from aioloader._common.options import MultiprocessingOptions, ReadOptions
-from aioloader._dataset.base import MapDataset
-from aioloader._dataset.interleave import InterleaveIterDataset
-from aioloader._dataset.iter_base import IterDataset
-from aioloader._dataset.iter_packing import (
-    BestFitPackIterDataset,
-    ConcatThenSplitIterDataset,
-    FirstFitPackIterDataset,
-)
-from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
-from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader
-from aioloader._observability.logs import log_statistics
-from aioloader._observability.prometheus import register_metrics
 from aioloader._observability.statistics import (
     BufferStatistics,
     LoaderStatistics,
     StageStatistics,
     ThreadStatistics,
 )
-from aioloader._operations.concat_then_split import BOSHandling
 from aioloader._operations.transforms import (
     Batch,
     FilterTransform,
@@ -65,20 +52,49 @@ from aioloader._sources.protocols import (
     RangeDataSource,
 )
 
-# The storage formats load on first use: between them they import asyncio and
-# ssl (aiofiles), sqlite3, zlib/bz2/lzma and subprocess (the checksum's
-# compiler), which a loader over memory never needs. `import aioloader` stays
-# as small as the sync path (a test checks it in a fresh process).
-_STORAGE = {
+# Imported above: what `DataLoader(...)` and `for batch in loader` need, and
+# nothing else. The names below load on first use, each from its module: a
+# user's script pays for `import aioloader` before its first batch, and a
+# loader over memory never needs them (a test checks it in a fresh process).
+# The storage formats import asyncio and ssl (aiofiles), sqlite3,
+# zlib/bz2/lzma and subprocess (the checksum's compiler); the Dataset API is
+# some twenty modules (packing, interleaving, its own stages); the exports
+# import logging and prometheus_client when used.
+_LAZY = {
     "ArrayRecordDataSource": "aioloader._sources.arrayrecord.source",
+    "AsyncDatasetIterator": "aioloader._dataset.iterator",
+    "BOSHandling": "aioloader._operations.concat_then_split",
+    "BestFitPackIterDataset": "aioloader._dataset.iter_packing",
+    "ConcatThenSplitIterDataset": "aioloader._dataset.iter_packing",
+    "DatasetIterator": "aioloader._dataset.iterator",
     "FilesDataSource": "aioloader._sources.files",
+    "FirstFitPackIterDataset": "aioloader._dataset.iter_packing",
     "HuggingFaceDataSource": "aioloader._sources.frames",
+    "InterleaveIterDataset": "aioloader._dataset.interleave",
+    "IterDataset": "aioloader._dataset.iter_base",
+    "MapDataset": "aioloader._dataset.base",
     "ParquetDataSource": "aioloader._sources.parquet",
     "PolarsDataSource": "aioloader._sources.frames",
     "SQLiteDataSource": "aioloader._sources.sqlite",
+    "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
+    "log_statistics": "aioloader._observability.logs",
+    "register_metrics": "aioloader._observability.prometheus",
 }
 
 if _typing.TYPE_CHECKING:
+    from aioloader._dataset.base import MapDataset
+    from aioloader._dataset.interleave import InterleaveIterDataset
+    from aioloader._dataset.iter_base import IterDataset
+    from aioloader._dataset.iter_packing import (
+        BestFitPackIterDataset,
+        ConcatThenSplitIterDataset,
+        FirstFitPackIterDataset,
+    )
+    from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
+    from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
+    from aioloader._observability.logs import log_statistics
+    from aioloader._observability.prometheus import register_metrics
+    from aioloader._operations.concat_then_split import BOSHandling
     from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
     from aioloader._sources.files import FilesDataSource
     from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
@@ -87,8 +103,8 @@ if _typing.TYPE_CHECKING:
 else:  # hidden from type checkers, which see the imports above and reject unknown names
 
     def __getattr__(name: str) -> object:
-        """A storage source, imported the first time it is named."""
-        module = _STORAGE.get(name)
+        """A public name of `_LAZY`, imported the first time it is named."""
+        module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module 'aioloader' has no attribute {name!r}")
         value = getattr(_importlib.import_module(module), name)
@@ -96,7 +112,7 @@ else:  # hidden from type checkers, which see the imports above and reject unkno
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(_STORAGE))
+        return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

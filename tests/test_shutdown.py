@@ -619,7 +619,9 @@ def test_close_with_slow_reads_and_maps_is_quick(seconds: float, where: str, wor
     consumer.join(2.0)
     assert not consumer.is_alive(), "the pending next() still waits 2 s after close()"
     assert outcome == [None]
-    assert got == [k * (3 if where == "read" else 1) for k in range(len(got))]
+    # `Reads` gives 3 * key, slow or not; the map gives its element back. Usually only the
+    # first record comes before close(), but on a loaded machine the second may too.
+    assert got == [k * 3 for k in range(len(got))]
 
 
 # Also holds: iterators dropped half-way lose and repeat nothing, and leave no thread.

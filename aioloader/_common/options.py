@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from aioloader._common.validation import require_int
-
-logger = logging.getLogger("aioloader")
 
 
 @dataclass(frozen=True)
@@ -38,8 +35,11 @@ class ReadOptions:
         require_int("num_threads", self.num_threads, minimum=0)
         require_int("prefetch_buffer_size", self.prefetch_buffer_size, minimum=0)
         if 0 < self.prefetch_buffer_size < self.num_threads:
-            # Grain's words, so that a port's logs read the same.
-            logger.warning(
+            # Grain's words, so that a port's logs read the same. Imported here:
+            # `import aioloader` leaves logging out (several ms on 3.13t).
+            import logging
+
+            logging.getLogger("aioloader").warning(
                 "prefetch_buffer_size=%s is smaller than num_threads=%s. This will limit the "
                 "number of threads that can actually be used in parallel to %s, potentially "
                 "hurting performance. Please set prefetch_buffer_size >= num_threads. This "

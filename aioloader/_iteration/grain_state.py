@@ -22,7 +22,6 @@ and until the walk passes their furthest, the form of that many workers.
 from __future__ import annotations
 
 import functools
-import hashlib
 import sys
 from typing import Any
 
@@ -158,6 +157,8 @@ def _source_names(source: Any) -> tuple[str, ...]:
     # that class exists only once its module is loaded.
     arrayrecord = sys.modules.get("aioloader._sources.arrayrecord.source")
     if arrayrecord is not None and isinstance(source, arrayrecord.ArrayRecordDataSource):
+        import hashlib  # here: its native hashes cost ~10 ms at import, and only this needs them
+
         digest = hashlib.sha1(usedforsecurity=False)  # how Grain names a list of paths
         for path in source.paths:
             digest.update(path.encode())

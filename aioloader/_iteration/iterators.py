@@ -94,7 +94,7 @@ class _Cursor(Generic[E]):
         self.meter.waiting_for_input += now - started
         if logs.interval is not None and now - self.logged >= logs.interval:
             self.logged = now
-            logs.logger.debug("%s", self.statistics().summary())
+            logs.debug(self.statistics().summary())
 
     @property
     def closed(self) -> bool:

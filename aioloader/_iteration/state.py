@@ -16,7 +16,6 @@ dict that aioloader's `get_state()` returned before (versions 1 and 2).
 from __future__ import annotations
 
 import abc
-import json
 from typing import Any
 
 from aioloader._common.positions import Position
@@ -60,6 +59,8 @@ def dump_state(
         **grain_fields(position[0], leftovers, names),
         "aioloader": make_state(position, pipeline, leftovers),
     }
+    import json  # here, as in _document: `import aioloader` leaves json for the first state
+
     return json.dumps(document, separators=(",", ":")).encode()
 
 
@@ -83,6 +84,8 @@ def load_state(
 
 def _document(state: Any) -> dict[str, Any]:
     """`state` as a dict: JSON bytes (or text) as `get_state()` returns, or a dict."""
+    import json
+
     document = state
     if isinstance(state, bytes | bytearray | str):
         try:

@@ -9,12 +9,9 @@ The logger is `aioloader.statistics`; set it (or a parent) to DEBUG to see them.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from typing import Any
-
-logger = logging.getLogger("aioloader.statistics")
 
 
 def _from_environment() -> float | None:
@@ -30,6 +27,13 @@ def log_statistics(every_seconds: float | None) -> None:
     `aioloader.statistics` every `every_seconds` (> 0); None stops it."""
     global interval
     interval = None if every_seconds is None else _positive_seconds(every_seconds)
+
+
+def debug(summary: str) -> None:
+    """Write `summary` at DEBUG to the logger `aioloader.statistics`."""
+    import logging  # here: `import aioloader` leaves logging out (several ms on 3.13t)
+
+    logging.getLogger("aioloader.statistics").debug("%s", summary)
 
 
 def _positive_seconds(value: Any) -> float:

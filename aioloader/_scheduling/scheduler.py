@@ -76,6 +76,7 @@ class Scheduler:
         self._final = self.records if self.batches is None else self.batches
         self._resumable: deque[Work] = deque()
         self._measuring = False  # the first chunk is out: size the others from its cost
+        self._consumer_waits = False  # in `get` or `aget`, for an answer not there yet
         self._closed = False
         self._broken: BaseException | None = None
         self._async_runner: AsyncRunner | None = None
@@ -167,7 +168,7 @@ class Scheduler:
         stage.results.put(work.seq, work.payload, work.weight)
         if work.stage is Stage.RECORDS:
             self._planner.observe(work.weight, work.seconds)
-            if self._measuring:
+            if self._measuring and not self._hold_for_consumer_locked():
                 self._measuring = False
                 self._work_ready.notify_all()
             if self._tail is not None:
@@ -175,6 +176,19 @@ class Scheduler:
                 return
         if stage.results.ready():
             self._wake_consumer_locked()
+
+    def _hold_for_consumer_locked(self) -> bool:
+        """True to keep the workers from starting more chunks once the first is done,
+        until the consumer waiting for it has taken it (`_answer_locked` ends the hold).
+
+        With a busy worker on every core, the woken consumer may wait a whole
+        scheduling period for a core (100 ms on a loaded machine): the first
+        output is handed over first. Only when the first chunk makes the first
+        output itself (no tail plan), and only while a thread waits in `get`:
+        `start_prefetch()` fills the window before the first `next()`, and an
+        `async for` keeps its timing (its loop runs the async segments too, and
+        an iterator left open at `asyncio.run`'s end must find them started)."""
+        return self._tail is None and self._consumer_waits
 
     def _after_records_progress_locked(self) -> None:
         """Tail plan: move RECORDS results, in order, through the tail into batch jobs."""
@@ -219,6 +233,7 @@ class Scheduler:
         """
         with self._lock:
             while not self._answerable_locked():
+                self._consumer_waits = True
                 self._result_ready.wait()
             return self._answer_locked()
 
@@ -244,6 +259,10 @@ class Scheduler:
         """The next result, or None at the end (after `_answerable_locked`)."""
         if self._broken is not None:
             raise self._broken
+        self._consumer_waits = False
+        if self._measuring:  # held for the consumer (`_hold_for_consumer_locked`), or closed
+            self._measuring = False
+            self._work_ready.notify_all()
         final = self._final
         return final.results.take() if final.results.ready() else None
 

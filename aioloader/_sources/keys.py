@@ -57,6 +57,12 @@ class KeyIndex:
         return blocks, array - self.starts[blocks]
 
 
+def distinct(blocks: np.ndarray) -> list[int]:
+    """The distinct values of `blocks` (ints), ascending: what `np.unique(blocks).tolist()` gives,
+    without its first call's import of numpy.ma (~25 ms, paid before a loader's first batch)."""
+    return sorted(set(blocks.tolist()))
+
+
 def require_key(key: Any, total: int) -> int:
     """`key` as an int in `[0, total)`, else IndexError (TypeError if it is not an integer)."""
     index = operator.index(key)

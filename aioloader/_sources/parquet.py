@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-import numpy as np
-
 from aioloader._common.validation import require_bool, require_int
 from aioloader._sources.arrow import ArrowRows
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
 from aioloader._sources.columns import choose_columns, require_columns
-from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.keys import KeyIndex, distinct, read_grouped
 from aioloader._sources.parquet_footer import ChunkSpans, read_chunk_spans
 from aioloader._sources.paths import describe_paths, require_paths
 from aioloader._sources.storage.blobs import Blob, BlobFile, open_blob, read_spans
@@ -109,7 +107,7 @@ class ParquetDataSource(StoreOwner):
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
         """The rows at `keys`, in order, decoding each row group they touch once."""
         groups, rows = self._index.locate_many(keys)
-        fetched = self._fetch(np.unique(groups).tolist()) if self._blobs else {}
+        fetched = self._fetch(distinct(groups)) if self._blobs else {}
         return read_grouped(
             groups, rows, lambda group, at: self._row_group(group, fetched.get(group)).rows(at)
         )

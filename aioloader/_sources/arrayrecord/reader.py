@@ -39,7 +39,7 @@ from aioloader._sources.arrayrecord.riegeli import (
 )
 from aioloader._sources.arrayrecord.wire import proto_fields, read_varints
 from aioloader._sources.cache import ByteBoundedCache
-from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.keys import KeyIndex, distinct, read_grouped
 from aioloader._sources.storage.blobs import Blob, read_spans
 
 T = TypeVar("T")
@@ -89,14 +89,14 @@ class ArrayRecordFile:
         bytes of chunks already read (see `spans`), by chunk number; they are verified as if
         read here."""
         chunks, offsets = self.index.locate_many(positions)
-        decoded = self._chunks(np.unique(chunks).tolist(), fetched or {})
+        decoded = self._chunks(distinct(chunks), fetched or {})
         return read_grouped(chunks, offsets, lambda chunk, at: decoded[chunk].pick(at))
 
     def spans(self, positions: list[int]) -> list[tuple[int, Blob, int, int]]:
         """What `read(positions)` would fetch: (chunk, blob, start, end) of each chunk it needs
         that the cache lacks now, so that a caller can fetch those of many files at once."""
         chunks, _ = self.index.locate_many(positions)
-        needed = [i for i in np.unique(chunks).tolist() if not self._held(i)]
+        needed = [i for i in distinct(chunks) if not self._held(i)]
         return [(i, self._blob, *self._span(i)) for i in needed]
 
     def close(self) -> None:

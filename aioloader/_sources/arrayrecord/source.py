@@ -20,7 +20,7 @@ from aioloader._common.validation import require_bool, require_int
 from aioloader._sources.arrayrecord.reader import ArrayRecordFile
 from aioloader._sources.arrayrecord.riegeli import FormatError, Records
 from aioloader._sources.cache import ByteBoundedCache, CacheStatistics
-from aioloader._sources.keys import KeyIndex, read_grouped
+from aioloader._sources.keys import KeyIndex, distinct, read_grouped
 from aioloader._sources.paths import describe_paths, require_paths
 from aioloader._sources.storage.blobs import open_blob, read_spans
 from aioloader._sources.storage.owner import StoreOwner
@@ -149,7 +149,7 @@ class ArrayRecordDataSource(StoreOwner):
         """Every chunk that reading `positions` of `files` needs and the cache lacks, fetched at once
         (the bytes only: `ArrayRecordFile.read` verifies them): by file, then by chunk."""
         wanted = []
-        for file in np.unique(files).tolist():
+        for file in distinct(files):
             wanted += [(file, *span) for span in self._builtin(file).spans(positions[files == file].tolist())]
         fetched: dict[int, dict[int, bytes]] = {}
         data = read_spans([(blob, start, end) for _, _, blob, start, end in wanted])
