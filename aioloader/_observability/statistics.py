@@ -14,6 +14,7 @@ stages show no items.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -114,6 +115,31 @@ class LoaderStatistics:
         from aioloader._observability.report import summary
 
         return summary(self)
+
+    def to_json(self) -> str:
+        """This snapshot as JSON text; `LoaderStatistics.from_json` reads it back, and
+        `python -m aioloader.report FILE` prints its summary."""
+        import json
+
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> LoaderStatistics:
+        """The snapshot that `to_json` wrote (ValueError naming what is wrong otherwise)."""
+        import json
+
+        try:
+            found = json.loads(text)
+            return cls(
+                **{
+                    **found,
+                    "stages": tuple(StageStatistics(**item) for item in found["stages"]),
+                    "threads": tuple(ThreadStatistics(**item) for item in found["threads"]),
+                    "buffers": tuple(BufferStatistics(**item) for item in found["buffers"]),
+                }
+            )
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"not the JSON of LoaderStatistics.to_json(): {error!r}") from None
 
 
 class _Named(Protocol):
