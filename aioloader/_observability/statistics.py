@@ -8,8 +8,9 @@ it worked and waited; the occupancy of each bounded buffer against its
 bound; and the worker and read-thread counts in use. Figures count from
 the moment the iterator's pipeline started (or restarted, after
 `set_state`). With `executor="interpreter"`, the steps that a subinterpreter
-runs (reads of a small source, per-record operations) are not timed: their
-stages show no items.
+runs (reads of a small source, per-record operations) are timed there and
+counted as their worker's, as with threads; the records' trip between the
+worker and its subinterpreter (pickled both ways) is in no stage.
 """
 
 from __future__ import annotations
