@@ -58,7 +58,14 @@ class DataLoader:
     the consumer waits for data, without changing the output. No worker is
     added while the process's resident memory is above `memory_limit_bytes`
     (default: half of the machine's memory), and one is retired then. The
-    count in use is `iterator.statistics().worker_count`.
+    count in use is `iterator.statistics().worker_count`. Without `read_options`,
+    "auto" also tunes the read threads: from `ReadOptions().num_threads` (16)
+    they double, up to 256, while reads wait (a slow source read through the
+    read pool) and take most of the workers' time; the records read ahead
+    (`prefetch_buffer_size`'s window) grow with them, to two per read thread;
+    the count in use is `statistics().read_threads`, the window's bound
+    `statistics().buffer("records window").capacity`. Given `read_options`
+    are kept as they are.
 
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is
@@ -118,6 +125,7 @@ class DataLoader:
             check_interpreter_executor(self.operations)
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
         self.device_put = device_put
+        self._default_read_options = read_options is None  # "auto" tunes the read threads then
         self.read_options = read_options or ReadOptions()
         self._spec = self._make_spec()
 
@@ -140,6 +148,7 @@ class DataLoader:
             grain=GrainNames(self.sampler, self.data_source, self.walk.shard),
             length=self.walk.length,
             auto_memory_limit=self._auto_memory_limit(),
+            auto_read_threads=self.worker_count == "auto" and self._default_read_options,
         )
 
     def _most_workers(self) -> int:

@@ -117,6 +117,26 @@ def _worst(
     return Target(title, detail, not failing)
 
 
+def _auto_vs_best(index: Index, workload: str) -> Target:
+    """Issue 14: `worker_count="auto"` against the best fixed worker count of the same run."""
+    title = f'free-threaded, {workload}: worker_count="auto" >= 0.9x the best fixed worker_count'
+    auto = index.get("ft", workload, "aioloader-auto", 0)
+    fixed = [
+        c
+        for c in index.configs
+        if (c["interpreter"], c["workload"], c["loader"]) == ("ft", workload, "aioloader")
+    ]
+    if auto is None or not fixed:
+        return Target(title, "not measured", None)
+    best = max(fixed, key=lambda c: c["steady_rate"])
+    ratio = _ratio(auto["steady_rate"], best["steady_rate"]) or 0.0
+    measured = (
+        f"{ratio:.2f}x ({rate_text(auto['steady_rate'])} vs w={best['workers']} "
+        f"{rate_text(best['steady_rate'])} rec/s; peak {number(auto['peak_mib'])} MiB)"
+    )
+    return Target(title, measured, ratio >= 0.9)
+
+
 def targets(index: Index) -> list[Target]:
     """The issue's targets for aioloader, each with what this run measured."""
     ft = [c for c in index.configs if c["interpreter"] == "ft" and c["loader"] == "aioloader"]
@@ -133,6 +153,8 @@ def targets(index: Index) -> list[Target]:
         ),
         _at_least(index, "gil", "trivial", 2, 0.8),
         _at_least(index, "gil", "image", 2, 0.95),
+        # Issue 14: "auto" on every workload of the run.
+        *[_auto_vs_best(index, w) for w in dict.fromkeys(c["workload"] for c in index.configs)],
         # The earlier targets, met in earlier runs.
         _at_least(index, "ft", "cpu", 2, 1.6),
         _at_least(index, "ft", "image", 2, 1.4),

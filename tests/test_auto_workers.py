@@ -113,3 +113,58 @@ def test_bad_auto_arguments_are_named(kwargs: dict[str, Any], error: type[Except
             data_source=aioloader.RangeDataSource(0, 4, 1), sampler=aioloader.IndexSampler(4), **kwargs
         )
     assert message in str(raised.value)
+
+
+class SlowReads:
+    """A storage-like source: each read waits 2 ms, as a network read would."""
+
+    def __len__(self) -> int:
+        return SLOW_N
+
+    def __getitem__(self, key: int) -> int:
+        time.sleep(0.002)
+        return key * 7
+
+
+SLOW_N = 400
+
+
+def slow_loader(workers: int | str, **kwargs: Any) -> aioloader.DataLoader:
+    return aioloader.DataLoader(
+        data_source=SlowReads(),
+        sampler=aioloader.IndexSampler(SLOW_N, shuffle=True, num_epochs=1, seed=3),
+        operations=[Noise(), aioloader.Batch(8)],
+        worker_count=workers,
+        **kwargs,
+    )
+
+
+def _read_threads_seen(iterator: Any) -> list[tuple[int, int]]:
+    """(read threads, records window bound) after each batch, and the batches in `found`."""
+    seen = []
+    for batch in iterator:
+        statistics = iterator.statistics()
+        seen.append((statistics.read_threads, statistics.buffer("records window").capacity, batch.tolist()))
+    return seen
+
+
+@repeated
+def test_auto_grows_the_read_threads_of_slow_reads_and_keeps_the_batches(repeat: int) -> None:
+    expected = [batch.tolist() for batch in slow_loader(0)]
+    seen = _read_threads_seen(iter(slow_loader("auto")))
+    assert [batch for _, _, batch in seen] == expected
+    threads = [count for count, _, _ in seen]
+    assert max(threads) > aioloader.ReadOptions().num_threads, threads
+    # The window grows with them: two records per read thread.
+    assert max(capacity for _, capacity, _ in seen) >= 2 * max(threads)
+
+
+def test_given_read_options_are_kept_with_auto() -> None:
+    options = aioloader.ReadOptions(num_threads=4, prefetch_buffer_size=50)
+    seen = _read_threads_seen(iter(slow_loader("auto", read_options=options)))
+    assert {count for count, _, _ in seen} <= {0, 4}
+
+
+def test_read_threads_do_not_grow_above_the_memory_bound() -> None:
+    seen = _read_threads_seen(iter(slow_loader("auto", memory_limit_bytes=1)))
+    assert {count for count, _, _ in seen} <= {0, aioloader.ReadOptions().num_threads}

@@ -475,3 +475,28 @@ def test_records_in_flight_are_bounded_by_the_prefetch_buffer(window: int) -> No
     gc.collect()
     assert tracked.Ledger.peak <= tracked.bound(window, workers=2)
     assert tracked.Ledger.alive == 0
+
+
+@needs_subinterpreters
+@pytest.mark.parametrize("workers", [1, 3])
+def test_steps_in_the_subinterpreters_are_timed_like_threads(workers: int) -> None:
+    """The read and the maps run in the subinterpreters: their stages count the same items
+    as with threads, and their time."""
+    operations = [ops.Identity(), ops.Pair(), Batch(4)]
+    with iter(loader(operations, workers)) as iterator:
+        outputs = list(iterator)
+        there = iterator.statistics()
+    threaded = DataLoader(
+        data_source=RangeDataSource(0, 40),
+        sampler=IndexSampler(40, seed=5, num_epochs=1),
+        operations=operations,
+        worker_count=workers,
+    )
+    with iter(threaded) as iterator:
+        assert [o.tolist() for o in iterator] == [o.tolist() for o in outputs]
+        threads = iterator.statistics()
+    assert [(s.name, s.items) for s in there.stages] == [(s.name, s.items) for s in threads.stages]
+    for name in ("read", "operations[0] (Identity.map)", "operations[1] (Pair.flat_map)"):
+        assert there.stage(name).busy_seconds > 0, there.summary()
+    assert there.stage("read").items == 40
+    assert there.stage("operations[1] (Pair.flat_map)").items == 80

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
-from aioloader._executors.autoscale import AutoWorkers
+from aioloader._executors.autoscale import AutoReads, AutoWorkers
 from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
@@ -122,13 +122,21 @@ class ThreadedEngine:
         self._workers = WorkerThreads(
             self.scheduler, runner, 1 if auto else spec.worker_count, "aioloader-worker"
         )
-        self._auto: AutoWorkers | None = None
-        if spec.auto_memory_limit is not None:
-            self._auto = AutoWorkers(self._workers, program.meters, spec.worker_count, spec.auto_memory_limit)
+        self._auto = None if spec.auto_memory_limit is None else self._autoscale(spec, program)
         self._spec = spec
 
+    def _autoscale(self, spec: LoaderSpec, program: Program) -> AutoWorkers:
+        """`worker_count="auto"`: the workers, and the read threads unless `ReadOptions` was given."""
+        reads = None
+        if spec.auto_read_threads and self._read_pool is not None:
+            reads = AutoReads(self._read_pool, self.scheduler)
+        read_keys = frozenset(key for key, name in program.stage_names() if name == "read")
+        limit = spec.auto_memory_limit or 0
+        return AutoWorkers(self._workers, program.meters, spec.worker_count, limit, reads, read_keys)
+
     def observe(self) -> Observation:
-        program, threads = self.scheduler.program, self._spec.read_options.num_threads
+        program = self.scheduler.program
+        threads = self._spec.read_options.num_threads if self._read_pool is None else self._read_pool.threads
         # Read threads count while they read at once: the pool engaged, or async segments.
         engaged = self._read_pool is not None and self._read_pool.engaged
         reading = engaged or self._segments is not None

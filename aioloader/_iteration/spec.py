@@ -43,6 +43,7 @@ class LoaderSpec:
     grain: GrainNames
     length: int | None
     auto_memory_limit: int | None = None  # `worker_count="auto"`: its memory bound, in bytes
+    auto_read_threads: bool = False  # `worker_count="auto"` without `read_options`: read threads too
 
     def program(self, read_pool: ReadPool | None) -> Program:
         """A fresh program over this spec's walk."""

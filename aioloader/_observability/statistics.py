@@ -8,12 +8,14 @@ it worked and waited; the occupancy of each bounded buffer against its
 bound; and the worker and read-thread counts in use. Figures count from
 the moment the iterator's pipeline started (or restarted, after
 `set_state`). With `executor="interpreter"`, the steps that a subinterpreter
-runs (reads of a small source, per-record operations) are not timed: their
-stages show no items.
+runs (reads of a small source, per-record operations) are timed there and
+counted as their worker's, as with threads; the records' trip between the
+worker and its subinterpreter (pickled both ways) is in no stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -114,6 +116,31 @@ class LoaderStatistics:
         from aioloader._observability.report import summary
 
         return summary(self)
+
+    def to_json(self) -> str:
+        """This snapshot as JSON text; `LoaderStatistics.from_json` reads it back, and
+        `python -m aioloader.report FILE` prints its summary."""
+        import json
+
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> LoaderStatistics:
+        """The snapshot that `to_json` wrote (ValueError naming what is wrong otherwise)."""
+        import json
+
+        try:
+            found = json.loads(text)
+            return cls(
+                **{
+                    **found,
+                    "stages": tuple(StageStatistics(**item) for item in found["stages"]),
+                    "threads": tuple(ThreadStatistics(**item) for item in found["threads"]),
+                    "buffers": tuple(BufferStatistics(**item) for item in found["buffers"]),
+                }
+            )
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"not the JSON of LoaderStatistics.to_json(): {error!r}") from None
 
 
 class _Named(Protocol):

@@ -23,6 +23,11 @@ pipeline waits to size the others from it), and the probes of the workers
 take the same `num_threads` slots as the pool's reads, so a source slow from
 the start never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
+
+`resize` changes how many reads may be in flight while the loader runs
+(`worker_count="auto"` with the default `ReadOptions`): later reads go to a
+pool of the new size, reads already handed to the old one finish there, and
+the slots bound the old and new pools' reads together.
 """
 
 from __future__ import annotations
@@ -44,6 +49,32 @@ PROBE_READS = 4  # reads in a row that must each be slow
 CLOCK: Callable[[], float] = time.perf_counter
 
 
+class Slots:
+    """At most `limit` holders at once, like a semaphore whose size may change."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._used = 0
+        self._free = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._free:
+            while self._used >= self.limit:
+                self._free.wait()
+            self._used += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._free:
+            self._used -= 1
+            self._free.notify()
+
+    def resize(self, limit: int) -> None:
+        """Let `limit` hold at once (those above it keep their slot until they leave)."""
+        with self._free:
+            self.limit = limit
+            self._free.notify_all()
+
+
 class ReadPool:
     """Up to `threads` concurrent reads, on threads started at the first use."""
 
@@ -52,6 +83,7 @@ class ReadPool:
         self.clock = CLOCK
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._retired: list[ThreadPoolExecutor] = []  # pools of an earlier size, joined by `close`
         self._closed = False
         self.engaged = False  # reads are slow: every worker reads through the pool
         # Time the next reads one by one. At first too: the first chunk (a batch)
@@ -61,7 +93,23 @@ class ReadPool:
         self._timed: collections.deque[float] = collections.deque(maxlen=PROBE_READS)
         # The reads in flight, the pool's and the probes' together: a worker may
         # still be probing when another one has engaged the pool.
-        self._slots = threading.BoundedSemaphore(threads)
+        self._slots = Slots(threads)
+
+    @property
+    def threads(self) -> int:
+        """How many reads may be in flight at once."""
+        return self._threads
+
+    def resize(self, threads: int) -> None:
+        """Let `threads` (> 0) reads be in flight from now on."""
+        with self._lock:
+            self._threads = threads
+            self._slots.resize(threads)
+            old, self._executor = self._executor, None  # the next `map` makes one of the new size
+            if old is not None:
+                self._retired.append(old)
+        if old is not None:
+            old.shutdown(wait=False)  # its queued reads still run, then its threads end
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
@@ -72,8 +120,8 @@ class ReadPool:
                 raise RuntimeError("the loader is closed")
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
-            executor = self._executor
-        return executor.map(self._in_a_slot(read), keys)
+            # Submitted under the lock: a `resize` must not shut this pool down in between.
+            return self._executor.map(self._in_a_slot(read), keys)
 
     def _in_a_slot(self, read: Callable[[int], Any]) -> Callable[[int], Any]:
         def held(key: int) -> Any:
@@ -122,6 +170,7 @@ class ReadPool:
         """Cancel the reads not started, and join the threads. Idempotent."""
         with self._lock:
             self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
+            executors = [*self._retired, *([] if self._executor is None else [self._executor])]
+            self._executor, self._retired = None, []
+        for executor in executors:
             executor.shutdown(wait=True, cancel_futures=True)

@@ -275,6 +275,14 @@ class Scheduler:
             self._final.window.release(weight)
             self._work_ready.notify_all()
 
+    def widen(self, records: int) -> None:
+        """Let the records window hold `records` (if that is more than it does): more read
+        ahead for more read threads (`worker_count="auto"`)."""
+        with self._lock:
+            if records > self.records.window.capacity:
+                self.records.window.capacity = records
+                self._work_ready.notify_all()
+
     def buffers(self) -> list[BufferStatistics]:
         """Each stage's window: weight in flight (issued, or done and not yet delivered)
         against its bound, and its peak (a job bigger than the bound may pass alone)."""

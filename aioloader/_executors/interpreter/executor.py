@@ -159,7 +159,11 @@ class _Runner:
             return steps, chunk.start, chunk.keys, chunk.indices, chunk.items, chunk.origins
 
         sent = pickle_chunk(chunk, request, "sending records to a subinterpreter")
-        chunk.items, chunk.origins, packed = pickle.loads(self._interpreter.call(serve, sent))
+        chunk.items, chunk.origins, packed, timings = pickle.loads(self._interpreter.call(serve, sent))
+        counter = self._program.meter  # the steps timed there count as this worker's, as with threads
+        if counter is not None:
+            for call, (items, seconds) in zip(steps, timings, strict=True):
+                counter.count(call, items, seconds)
         # A failure there is on an element before any failure here (those
         # elements were cut before sending), so it comes first in order.
         chunk.failure = failure_of(packed) or chunk.failure

@@ -22,6 +22,7 @@ exception in a transform.
 from __future__ import annotations
 
 import pickle
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -74,13 +75,19 @@ def _cannot_load(label: str, error: Exception) -> str:
 
 
 def serve(request: bytes) -> bytes:
-    """Run the requested steps on one chunk of records; reply with what they made."""
+    """Run the requested steps on one chunk of records; reply with what they made, and
+    each step's (items out, seconds), for the worker's statistics."""
     steps, start, keys, indices, items, origins = pickle.loads(request)
     chunk = RecordChunk(start, keys, indices)
     chunk.items, chunk.origins = items, origins
+    timings = []
+    started = time.perf_counter()  # the process's clock: the worker thread reads the same one
     for step, index in steps:
         _STEPS[step](index, chunk)
-    return pickle_chunk(chunk, _reply, "sending results from a subinterpreter")
+        ended = time.perf_counter()
+        timings.append((len(chunk.items), ended - started))
+        started = ended
+    return pickle_chunk(chunk, lambda done: (*_reply(done), timings), "sending results from a subinterpreter")
 
 
 def _read(_: int, chunk: RecordChunk) -> None:
@@ -95,7 +102,7 @@ def _before(index: int, chunk: RecordChunk) -> None:
 _STEPS: dict[Step, Callable[[int, RecordChunk], None]] = {Step.READ: _read, Step.BEFORE: _before}
 
 
-def _reply(chunk: RecordChunk) -> object:
+def _reply(chunk: RecordChunk) -> tuple[Any, Any, PackedError | None]:
     packed = None if chunk.failure is None else pack_error(chunk.failure.error)
     return chunk.items, chunk.origins, packed
 
