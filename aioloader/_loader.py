@@ -164,9 +164,14 @@ class DataLoader:
 
     @staticmethod
     def _program(
-        source: Any, operations: Operations, options: ReadOptions, walk: Walk, read_pool: ReadPool | None
+        source: Any,
+        operations: Operations,
+        options: ReadOptions,
+        walk: Walk,
+        read_pool: ReadPool | None,
+        fuse: bool,
     ) -> Program:
-        return Program(source, walk, operations, options.num_threads, read_pool)
+        return Program(source, walk, operations, options.num_threads, read_pool, fuse)
 
     def _window(self) -> int:
         """The records the threaded pipeline may hold ahead of the consumer (see the class)."""

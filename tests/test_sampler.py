@@ -257,6 +257,32 @@ def test_lookup_matches_chunked_computation_across_epoch_boundaries() -> None:
     assert chunked == [sampler[i].record_key for i in range(200)]
 
 
+@pytest.mark.parametrize("shard", SHARDS, ids=shard_id)
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("num_records", [7, 1000, 17_000])
+def test_the_walks_keys_equal_the_keys_of_each_index(
+    shard: tuple[int, int, bool] | None, shuffle: bool, num_records: int
+) -> None:
+    """A shard's walk (`step` = the shard count) takes a path of its own, from kept blocks of
+    the permutation; across epochs, blocks and chunk sizes it gives what each index gives."""
+    options = make_shard(aioloader, shard)
+    sampler = IndexSampler(num_records, options, shuffle=shuffle, num_epochs=None, seed=11)
+    step, first = options.shard_count, options.shard_index
+    length = sampler.shard_length
+    # Chunks that start an epoch, cross one or two, end one, cross a kept block (8,192 positions).
+    chunks = [
+        (0, 1),
+        (0, 2 * length + 3),
+        (length - 1, 2),
+        (8190, 5),
+        (3 * length - 2, min(9000, 5 * length)),
+    ]
+    for start, count in chunks:
+        walked = sampler.record_keys(first + start * step, first + (start + count) * step, step)
+        indices = np.arange(first + start * step, first + (start + count) * step, step)
+        assert walked == sampler.keys_at(indices), (start, count)
+
+
 def test_a_billion_records_cost_no_memory_per_lookup() -> None:
     sampler = IndexSampler(10**9, shuffle=True, num_epochs=None, seed=1)
     far = 5 * 10**9 + 123

@@ -85,6 +85,39 @@ def test_counts_add_up_records_in_equal_records_out_plus_filtered(workers: int) 
     assert sum(len(batch) for batch in batches) == 2 * kept
 
 
+class Keys:
+    """Record `k` is `k`, read one key at a time (no `__getitems__`)."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+
+class FailOn(aioloader.MapTransform):
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def map(self, x: int) -> int:
+        if x == self.bad:
+            raise ValueError(x)
+        return x
+
+
+def test_counts_add_up_when_a_map_fails_in_the_middle_of_a_chunk() -> None:
+    """The read and the maps run record by record: the failing record was read and went
+    through the maps before the failing one, and not through it."""
+    source = Keys()  # read key by key, in the loop
+    iterator = iter(loader([Plus(), FailOn(300), Plus(), aioloader.Batch(5)], 0, source=source))
+    with pytest.raises(ValueError, match="300"):
+        list(iterator)
+    found = items(iterator.statistics())
+    assert found["read"] == found["operations[0] (Plus.map)"] == found["operations[1] (FailOn.map)"] + 1
+    assert found["operations[1] (FailOn.map)"] == found["operations[2] (Plus.map)"]
+    assert found["batch"] * 5 <= found["operations[2] (Plus.map)"] < (found["batch"] + 1) * 5
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.asyncio
 async def test_async_iterator_counts_the_same(workers: int) -> None:

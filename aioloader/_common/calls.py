@@ -20,6 +20,7 @@ pool's `map`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -36,20 +37,40 @@ class Shutdown:
     """Set once, by `close()` from any thread; read between calls of user code.
 
     A plain attribute: setting it is atomic, and reading it costs one load.
+    Each worker thread reads a flag of its own (`for_thread`), which `set()`
+    sets too: on free-threaded CPython 3.13 every read of an object that
+    another thread made and also reads bounces its reference count between
+    the cores (measured: two threads checking one shared flag per element ran
+    at 285 ns an element, 140 ns with a flag each).
     """
 
-    __slots__ = ("closing",)
+    __slots__ = ("_flags", "closing")
 
     def __init__(self) -> None:
         self.closing = False
+        self._flags: list[Shutdown] = []
+
+    def for_thread(self) -> Shutdown:
+        """A flag for the calling thread to read, set with this one (at once if it is set)."""
+        flag = Shutdown()
+        with _FLAGS_LOCK:
+            self._flags.append(flag)
+            flag.closing = self.closing
+        return flag
 
     def set(self) -> None:
-        self.closing = True
+        with _FLAGS_LOCK:
+            self.closing = True
+            for flag in self._flags:
+                flag.closing = True
 
     def check(self) -> None:
         """Raise `Stopped` if the loader is closing."""
         if self.closing:
             raise Stopped
+
+
+_FLAGS_LOCK = threading.Lock()  # every Shutdown's flags: taken once per worker thread and per close
 
 
 NEVER = Shutdown()  # for work that nothing closes (a subinterpreter's side of a chunk)

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
-from aioloader._executors.autoscale import AutoReads, AutoWorkers
+from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
+from aioloader._executors.tuning import Tuner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._observability.statistics import Observation
@@ -35,6 +36,7 @@ from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
+from aioloader._scheduling.work import SegmentRunner
 
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
@@ -91,8 +93,10 @@ class AsyncEngine(Protocol):
     def observe(self) -> Observation: ...
 
 
-def _observation(program: Program, buffers: list[Any], workers: int, read_threads: int) -> Observation:
-    return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads)
+def _observation(
+    program: Program, buffers: list[Any], workers: int, read_threads: int, inline: bool = False
+) -> Observation:
+    return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads, inline)
 
 
 class ThreadedEngine:
@@ -122,17 +126,28 @@ class ThreadedEngine:
         self._workers = WorkerThreads(
             self.scheduler, runner, 1 if auto else spec.worker_count, "aioloader-worker"
         )
-        self._auto = None if spec.auto_memory_limit is None else self._autoscale(spec, program)
         self._spec = spec
+        self._tuner = self._make_tuner(spec, program, inline=loop is None)
+        self._own_program: Program | None = None  # the consumer's copy, made when it first runs a job
 
-    def _autoscale(self, spec: LoaderSpec, program: Program) -> AutoWorkers:
-        """`worker_count="auto"`: the workers, and the read threads unless `ReadOptions` was given."""
+    def _make_tuner(self, spec: LoaderSpec, program: Program, inline: bool) -> Tuner | None:
+        """The tuner of the worker count (see `_executors/tuning`), or None for a fixed count
+        that has nothing to choose from.
+
+        Level 0, the consumer's thread, is for `for` only (the consumer of `async
+        for` is the event loop, where user code must not run), and where the
+        consumer's thread can run every step of a job (threads, no async segments).
+        "auto" tunes the read threads too unless `ReadOptions` was given."""
+        inline = inline and spec.executor == "thread" and self._segments is None
+        if spec.auto_memory_limit is None:
+            return Tuner(self.scheduler, self._workers, [0, spec.worker_count]) if inline else None
         reads = None
         if spec.auto_read_threads and self._read_pool is not None:
             reads = AutoReads(self._read_pool, self.scheduler)
         read_keys = frozenset(key for key, name in program.stage_names() if name == "read")
-        limit = spec.auto_memory_limit or 0
-        return AutoWorkers(self._workers, program.meters, spec.worker_count, limit, reads, read_keys)
+        levels = range(0 if inline else 1, spec.worker_count + 1)
+        limit = spec.auto_memory_limit
+        return Tuner(self.scheduler, self._workers, levels, limit, reads, program.meters, read_keys)
 
     def observe(self) -> Observation:
         program = self.scheduler.program
@@ -140,25 +155,35 @@ class ThreadedEngine:
         # Read threads count while they read at once: the pool engaged, or async segments.
         engaged = self._read_pool is not None and self._read_pool.engaged
         reading = engaged or self._segments is not None
-        return _observation(
-            program, self.scheduler.buffers(), self._workers.count(), threads if reading else 0
-        )
+        workers = self._workers.count() if self._tuner is None else self._tuner.chosen
+        read_threads = threads if reading else 0
+        return _observation(program, self.scheduler.buffers(), workers, read_threads, workers == 0)
 
     def next(self) -> tuple[Outputs, int] | None:
-        if self._auto is None:
+        tuner = self._tuner
+        if tuner is None:
             return self.scheduler.get()
         started = time.perf_counter()
-        found = self.scheduler.get()
-        self._auto.waited(time.perf_counter() - started)
+        found = self.scheduler.get(self._consumer_runner() if tuner.level == 0 else None)
+        if found is not None:
+            tuner.delivered(found[1], time.perf_counter() - started)
         return found
 
     async def anext(self) -> tuple[Outputs, int] | None:
-        if self._auto is None:
+        tuner = self._tuner
+        if tuner is None:
             return await self.scheduler.aget()
         started = time.perf_counter()
         found = await self.scheduler.aget()
-        self._auto.waited(time.perf_counter() - started)
+        if found is not None:
+            tuner.delivered(found[1], time.perf_counter() - started)
         return found
+
+    def _consumer_runner(self) -> SegmentRunner:
+        """The consumer's own copy of the program, made in its thread (as a worker's is)."""
+        if self._own_program is None:
+            self._own_program = self.scheduler.program.for_worker()
+        return self._own_program.run_segment
 
     def release(self, weight: int) -> None:
         if weight:

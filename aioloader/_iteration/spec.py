@@ -32,7 +32,7 @@ class LoaderSpec:
     of the consumer (see `DataLoader`).
     """
 
-    make_program: Callable[[Walk, ReadPool | None], Program]
+    make_program: Callable[[Walk, ReadPool | None, bool], Program]
     walk: Walk
     read_options: ReadOptions
     window: int
@@ -46,8 +46,9 @@ class LoaderSpec:
     auto_read_threads: bool = False  # `worker_count="auto"` without `read_options`: read threads too
 
     def program(self, read_pool: ReadPool | None) -> Program:
-        """A fresh program over this spec's walk."""
-        return self.make_program(self.walk, read_pool)
+        """A fresh program over this spec's walk (fusing reads and maps, but for the
+        subinterpreters: see `Program`)."""
+        return self.make_program(self.walk, read_pool, self.executor != "interpreter")
 
     def resumed(self, detour: Detour | None) -> LoaderSpec:
         """This spec with `detour` laid on its walk (none: this spec)."""

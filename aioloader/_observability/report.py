@@ -37,6 +37,12 @@ def _advice(statistics: LoaderStatistics, name: str, share: float) -> str:
     waits = f"the consumer waited {share:.0%} of its time for data; {name} takes the most time"
     if name == "device_put":
         return f"{waits}: the transfer to the device limits throughput (fewer or larger batches help)"
+    if statistics.inline:
+        return (
+            f"{waits}: the consumer's thread runs the chunks, as it was measured faster than the "
+            "workers for this pipeline (records cheaper than a hand-off between threads, or work "
+            'that holds the GIL); on a GIL build, `executor="interpreter"` runs pure Python in parallel'
+        )
     if statistics.worker_count == 0:
         return f"{waits}: run it on worker threads (`worker_count` > 0)"
     if name == "read":
@@ -49,9 +55,10 @@ def _advice(statistics: LoaderStatistics, name: str, share: float) -> str:
 
 def summary(statistics: LoaderStatistics) -> str:
     """Each stage's figures, each kind of thread's time, the buffers, then the verdict."""
+    inline = ", the consumer's thread runs the chunks" if statistics.inline else ""
     lines = [
         f"aioloader statistics after {statistics.elapsed_seconds:.2f} s "
-        f"({statistics.worker_count} workers, {statistics.read_threads} read threads)"
+        f"({statistics.worker_count} workers, {statistics.read_threads} read threads{inline})"
     ]
     lines += [
         f"  stage {s.name}: {s.items} items, {s.items_per_second:,.0f}/s, busy {s.busy_seconds:.3f} s"

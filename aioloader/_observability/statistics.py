@@ -5,7 +5,9 @@ pipeline (`sampling`, `read`, each operation by its label, `batch`,
 `device_put`, and the `consumer`) the items it gave and how long it took;
 for each kind of thread (workers, the device thread, the consumer) how long
 it worked and waited; the occupancy of each bounded buffer against its
-bound; and the worker and read-thread counts in use. Figures count from
+bound; the worker and read-thread counts in use, and whether the consumer's
+thread runs the chunks itself (`inline`: faster than the workers here, as the
+loader measured while running; see `_executors/pacing`). Figures count from
 the moment the iterator's pipeline started (or restarted, after
 `set_state`). With `executor="interpreter"`, the steps that a subinterpreter
 runs (reads of a small source, per-record operations) are timed there and
@@ -77,6 +79,7 @@ class Observation:
     buffers: Sequence[BufferStatistics]
     workers: int
     read_threads: int
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class LoaderStatistics:
     buffers: tuple[BufferStatistics, ...]
     worker_count: int
     read_threads: int
+    inline: bool = False  # the consumer's thread runs the chunks: faster than the workers, as measured
 
     def stage(self, name: str) -> StageStatistics:
         """The stage called `name` (KeyError naming the stages there are if none is)."""
@@ -196,6 +200,7 @@ def snapshot(
         tuple(observation.buffers),
         observation.workers,
         observation.read_threads,
+        observation.inline,
     )
 
 

@@ -107,22 +107,23 @@ def _stack_mixed(elements: Sequence[Any], path: str) -> np.ndarray:
 
 
 class ElementColumns(Protocol):
-    """Where each element to be batched stands: element `j` of a run, in output order."""
+    """Where the elements to be batched stand (elements of a run, in output order), asked
+    for many elements at once: a batch plan asks twice per batch, a chunk holds many."""
 
-    def position_before(self, j: int) -> Position:
-        """The position of element `j` itself."""
+    def positions_before(self, js: Sequence[int]) -> list[Position]:
+        """The position of each element `j` itself."""
         ...
 
-    def position_after(self, j: int) -> Position:
-        """The position just past element `j`."""
+    def positions_after(self, js: Sequence[int]) -> list[Position]:
+        """The position just past each element `j`."""
         ...
 
-    def record_index(self, j: int) -> int:
-        """The index of the record element `j` came from."""
+    def record_indices(self, js: Sequence[int]) -> list[int]:
+        """The index of the record each element `j` came from."""
         ...
 
-    def record_rng(self, j: int) -> np.random.Generator | None:
-        """That record's generator, if one was made."""
+    def record_rngs(self, js: Sequence[int]) -> list[np.random.Generator | None]:
+        """Those records' generators, where one was made."""
         ...
 
 
@@ -153,18 +154,19 @@ class BatchPlan:
         The one place batches are cut: on the workers for the fused plan, by the
         tail for the tail plan.
         """
-        bounds = [(b, min(b + size, count)) for b in range(0, count, size)]
-        before = [columns.position_before(b) for b, _ in bounds]
+        firsts = range(0, count, size)
+        lasts = [min(b + size, count) - 1 for b in firsts]
+        before = columns.positions_before(firsts)
         if before:
             index, skip_elements, _ = before[0]
             before[0] = (index, skip_elements, skip_outputs)
         return cls(
-            groups=[items[b:e] for b, e in bounds],
+            groups=[items[b : e + 1] for b, e in zip(firsts, lasts, strict=True)],
             before=before,
-            after=[columns.position_after(e - 1) for _, e in bounds],
-            first=[columns.record_index(b) for b, _ in bounds],
-            last=[columns.record_index(e - 1) for _, e in bounds],
-            last_rng=[columns.record_rng(e - 1) for _, e in bounds],
+            after=columns.positions_after(lasts),
+            first=columns.record_indices(firsts),
+            last=columns.record_indices(lasts),
+            last_rng=columns.record_rngs(lasts),
         )
 
 

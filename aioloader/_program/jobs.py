@@ -60,17 +60,21 @@ class Elements:
 
     # `ElementColumns`, for `BatchPlan.cut`.
 
-    def position_before(self, j: int) -> Position:
-        return self.before[j]
+    def positions_before(self, js: Sequence[int]) -> list[Position]:
+        before = self.before
+        return [before[j] for j in js]
 
-    def position_after(self, j: int) -> Position:
-        return self.after[j]
+    def positions_after(self, js: Sequence[int]) -> list[Position]:
+        after = self.after
+        return [after[j] for j in js]
 
-    def record_index(self, j: int) -> int:
-        return self.indices[j]
+    def record_indices(self, js: Sequence[int]) -> list[int]:
+        indices = self.indices
+        return [indices[j] for j in js]
 
-    def record_rng(self, j: int) -> np.random.Generator | None:
-        return self.rngs[j]
+    def record_rngs(self, js: Sequence[int]) -> list[np.random.Generator | None]:
+        rngs = self.rngs
+        return [rngs[j] for j in js]
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aioloader._common.calls import Shutdown
+from aioloader._common.calls import Shutdown, stray_stop
 from aioloader._common.failures import Failure
 from aioloader._common.positions import (
     EvenPositions,
@@ -42,6 +42,7 @@ from aioloader._observability import meter as meter
 from aioloader._observability.meter import Meter, Meters
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
+from aioloader._operations.fused import PROBE_RECORDS, FusedMaps
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
@@ -90,8 +91,12 @@ class Program:
     (0, Grain's "no read threads", awaits them one at a time);
     `read_pool`, given with worker threads, reads slow sources concurrently
     (see `read_pool`); without it, every read is the worker's own.
-    `shutdown`, shared by every worker's copy, is set when the engine closes:
-    a synchronous segment then stops before its next read or call of user
+    `fuse` runs the read and the maps after it record by record, in one
+    step (`Step.READ_MAPS`, see `_operations/fused`); the subinterpreter
+    executor, which runs reads and maps in other interpreters step by step,
+    asks for programs that do not.
+    `shutdown` is set when the engine closes (each worker's copy reads a flag
+    of its own, set with it): a synchronous segment then stops before its next read or call of user
     code, raising `Stopped` (see `_common/calls`).
     """
 
@@ -102,13 +107,17 @@ class Program:
         operations: Operations,
         read_threads: int,
         read_pool: ReadPool | None = None,
+        fuse: bool = True,
     ) -> None:
         self.source, self.sampler, self.operations = source, sampler, operations
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.read_pool = read_pool
         self.plan = _choose_plan(operations)
-        self.segments = _segments(self.plan, operations, is_async_source(source))
+        self.segments = _segments(self.plan, operations, is_async_source(source), fuse)
+        self._split: list[tuple[StepCall, int, float]] = []  # see `_count`
+        self._maps: FusedMaps | None = None  # see `_fused_maps`
+        self._batched_reads = hasattr(source, "__getitems__")
         self._limit: asyncio.Semaphore | None = None
         # Counters: this copy's (the inline driver's, or the loop's for awaited
         # steps), and each worker copy's own (see `for_worker`).
@@ -130,11 +139,14 @@ class Program:
         """A copy for one worker: its own operations, the same source and walk.
 
         The operations are deep-copied so that each thread owns the state its
-        transforms hold; the source and the walk are shared (both are
-        thread-safe, and a source may be large).
+        transforms hold, and the shutdown flag is the thread's own (see
+        `Shutdown`); the source and the walk are shared (both are thread-safe,
+        and a source may be large). Called in the worker's thread.
         """
         clone = copy.copy(self)
         clone.operations = self.operations.for_worker()
+        clone.shutdown = self.shutdown.for_thread()
+        clone._maps = None  # compiled from the clone's own operations when it first runs them
         clone.meter = self.meters.new("steps") if meter.ENABLED else None
         return clone
 
@@ -157,9 +169,18 @@ class Program:
         for call in steps:
             payload = _SYNC_STEPS[call[0]](self, call[1], payload)
             ended = time.perf_counter()  # one clock read per step: this step's end, the next one's start
-            counter.count(call, _size(call[0], payload), ended - started)
+            self._count(counter, call, payload, ended - started)
             started = ended
         return payload
+
+    def _count(self, counter: Meter, call: StepCall, payload: Any, seconds: float) -> None:
+        """Count a step's items and `seconds`; `READ_MAPS` under the steps it stands for,
+        its time shared among them as `_step_read_maps` measured (`_split`)."""
+        if call[0] is not Step.READ_MAPS:
+            counter.count(call, _size(call[0], payload), seconds)
+            return
+        for key, items, share in self._split:
+            counter.count(key, items, seconds * share)
 
     async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Await one asynchronous segment on `payload` (called on the loop; wall time counted)."""
@@ -177,7 +198,8 @@ class Program:
         named: list[tuple[StepCall, str]] = []
         for stage in self.segments.values():
             for segment in stage:
-                named += [(call, self._stage_name(call)) for call in segment.steps if call[0] not in _OUTS]
+                calls = [key for call in segment.steps for key in _counted_as(call)]
+                named += [(call, self._stage_name(call)) for call in calls if call[0] not in _OUTS]
         return named
 
     def _stage_name(self, call: StepCall) -> str:
@@ -215,6 +237,43 @@ class Program:
             read(self.source, chunk, self.shutdown)
             pool.note_chunk(pool.clock() - started, len(chunk.keys))
         return chunk
+
+    def _step_read_maps(self, count: int, chunk: RecordChunk) -> RecordChunk:
+        """READ, then the maps `before[:count]`, record by record (see `_operations/fused`).
+
+        A read that is not one `source[key]` per record in this thread (a
+        source with `__getitems__`, the read pool, an early read) is done
+        first, as READ does; the maps still run record by record."""
+        started = time.perf_counter()
+        maps = self._fused_maps(count)
+        pool = self.read_pool
+        reads = self.early is None and not self._batched_reads and (pool is None or pool.idle)
+        read: tuple[int, float] | None = None
+        if not reads:
+            self._step_read(0, chunk)
+            read = len(chunk.items), time.perf_counter() - started
+        inputs = chunk.keys if reads else chunk.items
+        out: list[Any] = []
+        chunk.items = out
+        rngs = [_rng_maker(op, chunk, self.seed) for op in maps.ops] if maps.random else maps.no_rngs
+        clock = time.perf_counter if pool is None else pool.clock
+        get = self.source.__getitem__ if reads else None
+        stage, error, spent = maps.run(out, inputs, get, rngs, self.shutdown, clock)
+        if error is not None:
+            what = _read_label(self.source) if reads and stage == 0 else maps.ops[stage - reads].label
+            chunk.fail(len(out), stray_stop(error, what), what)
+        if reads and pool is not None:
+            pool.note_chunk(spent[0] / min(len(inputs), PROBE_RECORDS) * len(inputs), len(inputs))
+        failed = -1 if error is None else stage + (not reads)  # as an index into READ and the maps
+        self._split = _split(count, len(out), failed, spent, read, time.perf_counter() - started)
+        return chunk
+
+    def _fused_maps(self, count: int) -> FusedMaps:
+        """This copy's `before[:count]`, compiled once (each worker's copy has its own)."""
+        maps = self._maps
+        if maps is None:
+            maps = self._maps = FusedMaps(self.operations.before[:count])
+        return maps
 
     def _step_before(self, i: int, run: Run) -> Run:
         apply(self.operations.before[i], run, self.seed, self.shutdown)
@@ -297,6 +356,49 @@ _STAGE_NAMES = {
 }
 
 
+def _counted_as(call: StepCall) -> list[StepCall]:
+    """The steps whose statistics `call` counts: a fused read and maps count as each of them."""
+    if call[0] is not Step.READ_MAPS:
+        return [call]
+    return [(Step.READ, 0), *((Step.BEFORE, i) for i in range(call[1]))]
+
+
+def _read_label(source: Any) -> str:
+    """How errors name a read, as `records.read` does."""
+    return f"reading from {type(source).__name__}"
+
+
+def _rng_maker(op: Op, chunk: RecordChunk, seed: int | None) -> Callable[[int], Any] | None:
+    """For a random map, element `j`'s generator (`j` is its record's offset in `chunk`)."""
+    if op.kind is not Kind.RANDOM_MAP:
+        return None
+    make = op.rng
+    if make is None:
+        return lambda j: chunk.rng_of(j, seed)
+    return lambda j: make(chunk.record_index(j))
+
+
+def _split(
+    maps: int, done: int, failed: int, spent: list[float], read: tuple[int, float] | None, seconds: float
+) -> list[tuple[StepCall, int, float]]:
+    """What `READ_MAPS` counts for each step it stands for: its items, and its share of the time.
+
+    `done` elements came out of the loop; step `failed` (an index into the
+    read and the maps; -1: none) raised on the next record, which the steps
+    before it did give. `read`, for a read done before the loop: its records
+    and seconds, of `seconds` in all. The loop's time is shared among its
+    steps as the probe's `spent` was."""
+    keys: list[StepCall] = [(Step.READ, 0), *((Step.BEFORE, i) for i in range(maps))]
+    items = [done + (0 <= k < failed) for k in range(len(keys))]
+    looped = spent if read is None else [0.0, *spent]
+    read_share = 0.0 if read is None else min(read[1] / max(seconds, 1e-12), 1.0)
+    probed = sum(looped) or 1.0  # nothing probed (an empty chunk): no time to share
+    shares = [t / probed * (1.0 - read_share) for t in looped]
+    if read is not None:
+        items[0], shares[0] = read[0], read_share
+    return list(zip(keys, items, shares, strict=True))
+
+
 def _size(step: Step, payload: Any) -> int:
     """How many items a step gave: keys for the sampler, elements (or batches) after."""
     return len(payload.keys) if step is Step.KEYS else len(payload.items)
@@ -308,14 +410,26 @@ def _choose_plan(operations: Operations) -> Plan:
     return Plan.FUSED if all(op.one_to_one for op in operations.before) else Plan.TAIL
 
 
-def _op_steps(ops: list[Op], step: Step, awaited: Step) -> list[StepCall]:
-    return [(awaited if op.kind is Kind.ASYNC_MAP else step, i) for i, op in enumerate(ops)]
+def _op_steps(ops: list[Op], step: Step, awaited: Step, first: int = 0) -> list[StepCall]:
+    return [(awaited if op.kind is Kind.ASYNC_MAP else step, i) for i, op in enumerate(ops) if i >= first]
 
 
-def _segments(plan: Plan, operations: Operations, async_source: bool) -> dict[Stage, list[Segment]]:
+def _leading_maps(ops: list[Op]) -> int:
+    """How many of `ops`, from the first, are synchronous maps (fused with the read)."""
+    count = 0
+    while count < len(ops) and ops[count].kind in (Kind.MAP, Kind.RANDOM_MAP):
+        count += 1
+    return count
+
+
+def _segments(
+    plan: Plan, operations: Operations, async_source: bool, fuse: bool
+) -> dict[Stage, list[Segment]]:
     """Group each stage's steps into segments (see `Segment`)."""
-    first: list[StepCall] = [(Step.KEYS, 0), (Step.AREAD if async_source else Step.READ, 0)]
-    first += _op_steps(operations.before, Step.BEFORE, Step.ABEFORE)
+    maps = 0 if async_source or not fuse else _leading_maps(operations.before)
+    read = (Step.AREAD, 0) if async_source else (Step.READ_MAPS, maps) if maps else (Step.READ, 0)
+    first: list[StepCall] = [(Step.KEYS, 0), read]
+    first += _op_steps(operations.before, Step.BEFORE, Step.ABEFORE, maps)
     if plan is Plan.RECORDS:
         return {Stage.RECORDS: _group([*first, (Step.RECORDS_OUT, 0)])}
     after = _op_steps(operations.after, Step.AFTER, Step.AAFTER)
@@ -341,6 +455,7 @@ def _group(calls: list[StepCall]) -> list[Segment]:
 _SYNC_STEPS: dict[Step, Callable[[Program, int, Any], Any]] = {
     Step.KEYS: Program._step_keys,
     Step.READ: Program._step_read,
+    Step.READ_MAPS: Program._step_read_maps,
     Step.BEFORE: Program._step_before,
     Step.AFTER: Program._step_after,
     Step.RECORDS_OUT: Program._step_records_out,

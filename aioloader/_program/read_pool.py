@@ -96,6 +96,11 @@ class ReadPool:
         self._slots = Slots(threads)
 
     @property
+    def idle(self) -> bool:
+        """True when workers read for themselves (not engaged, nor probing reads)."""
+        return not (self.engaged or self.suspicious)
+
+    @property
     def threads(self) -> int:
         """How many reads may be in flight at once."""
         return self._threads

@@ -64,17 +64,21 @@ class WholeRecords:
     def __init__(self, chunk: RecordChunk) -> None:
         self._start, self._indices, self._rngs = chunk.start, chunk.indices, chunk.rngs
 
-    def position_before(self, j: int) -> Position:
-        return (self._start + j, 0, 0)
+    def positions_before(self, js: Sequence[int]) -> list[Position]:
+        start = self._start
+        return [(start + j, 0, 0) for j in js]
 
-    def position_after(self, j: int) -> Position:
-        return (self._start + j + 1, 0, 0)
+    def positions_after(self, js: Sequence[int]) -> list[Position]:
+        start = self._start + 1
+        return [(start + j, 0, 0) for j in js]
 
-    def record_index(self, j: int) -> int:
-        return self._indices[j]
+    def record_indices(self, js: Sequence[int]) -> list[int]:
+        indices = self._indices
+        return [indices[j] for j in js]
 
-    def record_rng(self, j: int) -> np.random.Generator | None:
-        return None if self._rngs is None else self._rngs[j]
+    def record_rngs(self, js: Sequence[int]) -> list[np.random.Generator | None]:
+        rngs = self._rngs
+        return [None] * len(js) if rngs is None else [rngs[j] for j in js]
 
 
 Mapper = Callable[[Callable[[Any], Any], Sequence[int]], Iterable[Any]]

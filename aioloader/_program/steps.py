@@ -3,7 +3,9 @@
 A segment is a run of `(step, argument)` pairs. `Program` runs them through
 its dispatch tables (`_SYNC_STEPS`, `_ASYNC_STEPS`); the subinterpreter
 executor sends `Step.READ` and `Step.BEFORE` to its subinterpreters, whose
-worker has a table of its own for those two. The argument is an
+worker has a table of its own for those two (its programs do not fuse
+`Step.READ_MAPS`). Statistics count `READ_MAPS` under the steps it stands
+for: `(READ, 0)` and `(BEFORE, i)` for each map. The argument is an
 operation's index in `Operations.before`/`after` for the operation steps,
 and 0 for the others.
 """
@@ -18,6 +20,7 @@ class Step(enum.Enum):
 
     KEYS = "keys"  # ChunkJob -> RecordChunk: the sampler's keys for the chunk
     READ = "read"  # RecordChunk: its records, from a random-access source
+    READ_MAPS = "read_maps"  # RecordChunk: READ, then the maps `before[:n]`, record by record
     AREAD = "aread"  # RecordChunk: its records, awaited from an async source
     BEFORE = "before"  # Run: operation `before[i]`
     ABEFORE = "abefore"  # Run: the `async def` map `before[i]`, awaited

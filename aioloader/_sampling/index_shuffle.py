@@ -87,7 +87,16 @@ def index_shuffle_range(first: int, count: int, max_index: int, seed: int, round
     _check_arguments(np.array([first, first + count - 1] if count else [], np.int64), max_index, seed, rounds)
     if max_index == 0:
         return np.zeros(count, dtype=np.int64)
-    return _cipher(max_index, seed, rounds).shuffle_range(first, count)
+    return _cipher(max_index, seed, rounds).shuffle_range(first, count).copy()  # the caller's own
+
+
+def shuffled_range(first: int, count: int, max_index: int, seed: int) -> np.ndarray:
+    """`index_shuffle_range` with 4 rounds, for arguments the caller has checked (the
+    samplers): no check costs per call, and a view of a kept block where it can be
+    (read-only; the caller copies it, as `+` or `tolist` do)."""
+    if max_index == 0:
+        return np.zeros(count, dtype=np.int64)
+    return _cipher(max_index, seed, 4).shuffle_range(first, count)
 
 
 def _positions(indices: ArrayLike) -> np.ndarray:
@@ -178,9 +187,13 @@ class _Cipher:
         return values.astype(np.int64)
 
     def shuffle_range(self, first: int, count: int) -> np.ndarray:
-        """The images of positions `[first, first + count)` (all in range), from kept blocks."""
+        """The images of positions `[first, first + count)` (all in range), from kept blocks:
+        int64, read-only (a view of a kept block or permutation where it can be)."""
         if self._permutation is not None:
-            return self._permutation[first : first + count].astype(np.int64)
+            return self._permutation[first : first + count]
+        block, offset = divmod(first, RANGE_BLOCK)
+        if offset + count <= RANGE_BLOCK:  # within one block (most chunks): a view of it
+            return self._block(block)[offset : offset + count]
         out = np.empty(count, dtype=np.int64)
         done = 0
         while done < count:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
-from aioloader._sampling.index_shuffle import index_shuffle_array, index_shuffle_range
+from aioloader._sampling.index_shuffle import index_shuffle_array, index_shuffle_range, shuffled_range
 from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 
@@ -132,6 +132,36 @@ class IndexSampler(SamplerBase):
         if options.drop_remainder:  # Grain keeps only whole rounds of the shards
             return self.num_epochs * self.shard_length * options.shard_count
         return self.num_epochs * self.num_records
+
+    def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
+        """The record keys of the global indices `range(start, stop, step)`, computed together.
+
+        With `step` the shard count (the loader's walk of its shard), the indices are
+        consecutive positions of the shard: they take `_run_keys`, with no array per
+        index (the walk asks for a chunk of keys at a time, thousands of times a second).
+        """
+        indices = self._checked(start, stop, step)
+        if not indices or step != self.shard_options.shard_count or self.shard_length == 0:
+            return super().record_keys(start, stop, step)
+        keys: list[int] = []
+        first, count = start // step, len(indices)
+        while count:  # one run per epoch the positions touch
+            epoch, position = divmod(first, self.shard_length)
+            taken = min(count, self.shard_length - position)
+            keys += self._run_keys(epoch, position, taken)
+            first, count = first + taken, count - taken
+        return keys
+
+    def _run_keys(self, epoch: int, position: int, count: int) -> list[int]:
+        """The keys of positions `[position, position + count)` of one epoch of the shard."""
+        first = self._start + position
+        if not self.shuffle:
+            return list(range(first, first + count))
+        assert self.seed is not None
+        seed = (self.seed + epoch) % _SEED_LIMIT
+        images = shuffled_range(position, count, self.shard_length - 1, seed)
+        keys: list[int] = (images + self._start).tolist() if self._start else images.tolist()
+        return keys
 
     def _keys(self, indices: np.ndarray) -> list[int]:
         if self.shard_length == 0:

@@ -41,9 +41,13 @@ class ChunkPlanner:
     ) -> None:
         self._next, self._skip, self._skip_outputs = position
         self._length, self._multiple = length, multiple
-        self._max = max(multiple, max_records // multiple * multiple)
+        self.limit(max_records)
         self._first = first_records
         self._seconds_per_record: float | None = None
+
+    def limit(self, max_records: int) -> None:
+        """Cap later chunks at `max_records` (rounded down to whole multiples, at least one)."""
+        self._max = max(self._multiple, max_records // self._multiple * self._multiple)
 
     def observe(self, records: int, seconds: float) -> None:
         """Record that a chunk of `records` took `seconds` of worker time."""
@@ -59,7 +63,9 @@ class ChunkPlanner:
             wanted = self._first
         else:
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
-        multiples = max(1, -(-wanted // self._multiple))
+        # Whole multiples that fit the target, at least one: rounding up would double a chunk
+        # whose batch takes a little over half the target, and the memory it holds with it.
+        multiples = max(1, wanted // self._multiple)
         return min(multiples * self._multiple, self._max)
 
     def peek(self) -> int:

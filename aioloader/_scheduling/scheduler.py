@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
@@ -32,7 +33,7 @@ from aioloader._program.program import Program, Stage
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.window import Window
-from aioloader._scheduling.work import Place, Work
+from aioloader._scheduling.work import Place, SegmentRunner, Work
 
 
 class AsyncRunner(Protocol):
@@ -67,7 +68,9 @@ class Scheduler:
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
         # Several chunks per worker must fit in the window, or workers starve.
-        self._planner, self._tail = plan_chunks(program, position, capacity // (workers + 1))
+        self._shared_chunks = capacity // (workers + 1)
+        self._capacity = capacity
+        self._planner, self._tail = plan_chunks(program, position, self._shared_chunks)
         self.records = _Stage(Stage.RECORDS, Window(capacity))
         self.batches: _Stage | None = None  # the tail plan's second stage
         if self._tail is not None:
@@ -80,10 +83,30 @@ class Scheduler:
         self._closed = False
         self._broken: BaseException | None = None
         self._async_runner: AsyncRunner | None = None
+        self._inline = False  # the consumer runs the jobs in `get` (see `run_inline`); workers start none
+        self.work_seconds = 0.0  # CPU seconds of the jobs done so far (the pacer reads them)
+        self.jobs_done = 0
 
     def use_async_runner(self, runner: AsyncRunner) -> None:
         """Where asynchronous segments run (needed when the program has any)."""
         self._async_runner = runner
+
+    def run_inline(self, inline: bool) -> None:
+        """With `inline`, the consumer's `get` runs the next job itself instead of waiting,
+        and workers start no new job (they finish the ones they hold); without, the
+        workers take the jobs again. Any thread."""
+        with self._lock:
+            self._inline = inline
+            # One job at a time inline: it may take the whole window, as `worker_count=0` does.
+            self._planner.limit(self._capacity if inline else self._shared_chunks)
+            self._wake_workers_locked()
+
+    def progress(self) -> tuple[int, int]:
+        """(jobs issued, results taken) of the stage whose results the consumer takes: the
+        results of the jobs issued so far have all been taken once the second reaches the
+        first (a moment's view, any thread)."""
+        final = self._final
+        return final.issued, final.results.next
 
     @property
     def needs_async_runner(self) -> bool:
@@ -102,7 +125,7 @@ class Scheduler:
         """
         with self._lock:
             while not self._closed:
-                work = self._resumable.popleft() if self._resumable else self._new_work_locked()
+                work = self._resumable.popleft() if self._resumable else self._worker_work_locked()
                 if work is not None or not wait:
                     return work
                 if meter is None:
@@ -120,6 +143,9 @@ class Scheduler:
             meter.waiting_for_room += time.perf_counter() - started
         else:
             meter.waiting_for_input += time.perf_counter() - started
+
+    def _worker_work_locked(self) -> Work | None:
+        return None if self._inline else self._new_work_locked()
 
     def _new_work_locked(self) -> Work | None:
         # Batches first: they are closer to the consumer than new chunks.
@@ -166,11 +192,13 @@ class Scheduler:
     def _complete_locked(self, work: Work) -> None:
         stage = self.records if work.stage is Stage.RECORDS else self._final  # BATCHES: the final stage
         stage.results.put(work.seq, work.payload, work.weight)
+        self.work_seconds += work.seconds
+        self.jobs_done += 1
         if work.stage is Stage.RECORDS:
             self._planner.observe(work.weight, work.seconds)
             if self._measuring and not self._hold_for_consumer_locked():
                 self._measuring = False
-                self._work_ready.notify_all()
+                self._wake_workers_locked()
             if self._tail is not None:
                 self._after_records_progress_locked()
                 return
@@ -207,7 +235,7 @@ class Scheduler:
         if not batches.exhausted and (self._tail.failed or records.drained()):
             batches.pending.extend((job, len(job.plan.groups)) for job in self._tail.finish())
             batches.exhausted = records.exhausted = True
-        self._work_ready.notify_all()
+        self._wake_workers_locked()
         self._wake_consumer_locked()
 
     def fail(self, error: BaseException) -> None:
@@ -226,16 +254,31 @@ class Scheduler:
 
     # The consumer's side.
 
-    def get(self) -> tuple[Outputs, int] | None:
+    def get(self, runner: SegmentRunner | None = None) -> tuple[Outputs, int] | None:
         """The next outputs and their weight (blocking), or None at the end.
 
-        Hand the weight back with `release` once the outputs are delivered.
+        Hand the weight back with `release` once the outputs are delivered. In
+        inline mode (`run_inline`), the caller runs the next job with `runner`
+        (its own copy of the program) rather than wait for a worker, as long as
+        the window has room for one; a close from another thread stops it
+        between two records, and then this answers the end.
         """
-        with self._lock:
-            while not self._answerable_locked():
-                self._consumer_waits = True
-                self._result_ready.wait()
-            return self._answer_locked()
+        while True:
+            with self._lock:
+                if self._answerable_locked():
+                    return self._answer_locked()
+                work = self._new_work_locked() if self._inline and runner is not None else None
+                if work is None:
+                    if not self._answerable_locked():  # asking for work may have found the end
+                        self._consumer_waits = True
+                        self._result_ready.wait()
+                    continue
+            try:
+                while work.place(self.program) is Place.WORKER:
+                    work.run_segment(runner)  # type: ignore[arg-type]  # not None when `work` is
+            except Stopped:
+                return None  # closed meanwhile: nobody takes the work's place in the window
+            self.advance(work)
 
     def has_answer(self) -> bool:
         """True when `get` would return at once: the next outputs in order, the end, or an error."""
@@ -262,18 +305,24 @@ class Scheduler:
         self._consumer_waits = False
         if self._measuring:  # held for the consumer (`_hold_for_consumer_locked`), or closed
             self._measuring = False
-            self._work_ready.notify_all()
+            self._wake_workers_locked()
         final = self._final
         return final.results.take() if final.results.ready() else None
 
     def _wake_consumer_locked(self) -> None:
         self._result_ready.wake()
 
+    def _wake_workers_locked(self) -> None:
+        """Wake the workers waiting for work; none while inline: they would only wait again
+        (on a GIL build, taking the GIL from the consumer each time)."""
+        if not self._inline:
+            self._work_ready.notify_all()
+
     def release(self, weight: int) -> None:
         """Give back the window weight of outputs the consumer has delivered."""
         with self._lock:
             self._final.window.release(weight)
-            self._work_ready.notify_all()
+            self._wake_workers_locked()
 
     def widen(self, records: int) -> None:
         """Let the records window hold `records` (if that is more than it does): more read
@@ -281,7 +330,7 @@ class Scheduler:
         with self._lock:
             if records > self.records.window.capacity:
                 self.records.window.capacity = records
-                self._work_ready.notify_all()
+                self._wake_workers_locked()
 
     def buffers(self) -> list[BufferStatistics]:
         """Each stage's window: weight in flight (issued, or done and not yet delivered)

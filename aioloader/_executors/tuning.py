@@ -1,0 +1,231 @@
+"""How many threads run the chunks, measured while the loader runs: the workers, or the consumer's own.
+
+The output never depends on which thread runs a chunk (each chunk's result
+is a pure function of its indices, reassembled in order), so the loader may
+change how many workers run chunks at any moment, or let the consumer's
+thread run them itself, as `worker_count=0` does (level 0). `Tuner` chooses
+the level by measuring, because what is fastest depends on the work, the
+interpreter and the machine:
+
+* a chunk handed to a worker costs a hand-off: the scheduler's lock and a
+  wake-up on each side (20 to 60 us a round trip on a 2-core machine), and a
+  core for the worker. When records cost less than a hand-off, or the work
+  holds the GIL (pure Python, or NumPy's small calls on a GIL build), the
+  consumer's thread delivers faster by itself;
+* more workers are not always faster either: two threads of NumPy's small
+  calls ran slower than one on CPython 3.13t here (64,000 against 78,000
+  images a second).
+
+A fixed `worker_count=N` chooses between N workers and the consumer's thread
+(levels 0 and N); `worker_count="auto"` between 0 and the CPUs the process
+may use, one step at a time. With `async for` the consumer is the event loop,
+where user code must not run: there is no level 0.
+
+The tuner runs in the consumer's thread, from `ThreadedEngine.next`/`anext`.
+It counts the window weight delivered (records, or batches for the tail plan)
+per second of wall time in phases of `PHASE_SECONDS`, the consumer's own work
+included: at level 0 the consumer does the loader's work between its own
+steps, and only a faster loop overall is worth it. After a phase, then every
+`FIRST_HOLD` phases, it tries a neighbouring level for one phase and keeps it
+if that delivered at least `MARGIN` times faster; a trial that loses doubles
+the phases before the next one (up to `MAX_HOLD`, a few seconds), so a run
+that has settled pays little for checking again. There is no trial:
+
+* of more workers, while the consumer waits for less than `WAITING` of a
+  phase (the loader keeps up), nor above the memory bound of "auto";
+* of the consumer's thread, while the threads keep up, or clearly pay off:
+  their chunks ran on `PARALLEL` cores at once and took `LONG_CHUNK` of CPU
+  time or more each, so that a hand-off is a small part of a chunk.
+
+"auto" also follows two rules that need no trial: above its memory bound it
+drops a worker and halves the read threads at once; and where reads go
+through the read pool (a slow source) and take most of the workers' time, it
+doubles the read threads (see `AutoReads`) instead of trying a worker more.
+Statistics show the level chosen (`worker_count`, 0 when the consumer's
+thread runs the chunks), not a level under trial.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+
+from aioloader._executors.autoscale import AutoReads, resident_bytes
+from aioloader._executors.threads import WorkerThreads
+from aioloader._observability.meter import Meters
+from aioloader._scheduling.scheduler import Scheduler
+
+PHASE_SECONDS = 0.025  # one measurement ...
+MIN_OUTPUTS = 4  # ... of at least this many outputs
+FIRST_HOLD = 4  # phases at a level before a neighbour is tried
+MAX_HOLD = 128  # the most phases between two trials
+MARGIN = 1.1  # a trial must deliver this much faster to change the level
+WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
+PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
+LONG_CHUNK = 0.0005  # ... with this much CPU time per chunk: the threads pay off
+READS_SHARE = 0.5  # reads took this share of the workers' busy time: reads are what limits
+
+
+class Tuner:
+    """Chooses the level (workers running chunks; 0: the consumer's thread); see the module
+    docstring. Called by the consumer's thread only (`delivered`), so it needs no lock."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        workers: WorkerThreads,
+        levels: Sequence[int],
+        memory_limit: int | None = None,
+        reads: AutoReads | None = None,
+        meters: Meters | None = None,
+        read_keys: frozenset[Hashable] = frozenset(),
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """Tune among `levels` (ascending), from the highest below or at the workers running now.
+
+        `memory_limit`, `reads` and `meters` (with the `read_keys` of its read
+        stage) are "auto"'s: its memory bound, its read threads, and the
+        workers' counters that tell how much of their time reads take. `clock` times
+        the phases (tests drive their own)."""
+        self._clock = clock
+        self._scheduler, self._workers, self._levels = scheduler, workers, list(levels)
+        self._memory_limit, self._reads, self._meters, self._read_keys = (
+            memory_limit,
+            reads,
+            meters,
+            read_keys,
+        )
+        self.level = max(level for level in self._levels if level <= max(1, workers.count()))
+        self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
+        self._hold = FIRST_HOLD
+        self._countdown = 1  # the first trial comes after one phase: runs may be short
+        self._up_first = True  # which neighbour the next trial tries first
+        self._settling = True  # outputs start a phase once jobs issued since `_changed_at` come
+        self._changed_at = 0
+        self._start = self._waited = self._work = self._busy = self._reading = 0.0
+        self._weight = self._outputs = self._jobs = 0
+
+    @property
+    def chosen(self) -> int:
+        """The level chosen: the one before a trial, while one runs."""
+        return self.level if self._trial is None else self._trial[0]
+
+    def delivered(self, weight: int, waited: float) -> None:
+        """The consumer got outputs of `weight` after `waited` seconds in `next()`."""
+        now = self._clock()
+        if self._settling:
+            # The jobs issued before the last change ran at the level before: the phase
+            # starts with the first output of a job issued since.
+            self._settling = self._scheduler.progress()[1] <= self._changed_at
+            if not self._settling:
+                self._begin(now)
+            return
+        self._weight += weight
+        self._waited += waited
+        self._outputs += 1
+        span = now - self._start
+        if span >= PHASE_SECONDS and self._outputs >= MIN_OUTPUTS:
+            self._end_phase(span)
+            if not self._settling:
+                self._begin(now)
+
+    def _begin(self, now: float) -> None:
+        self._start, self._weight, self._waited, self._outputs = now, 0, 0.0, 0
+        self._work, self._jobs = self._scheduler.work_seconds, self._scheduler.jobs_done
+        self._busy, self._reading = self._worker_times()
+
+    def _end_phase(self, span: float) -> None:
+        rate = self._weight / span
+        if self._trial is not None:
+            self._judge(rate)
+        elif self._over_memory():
+            self._shrink()
+        elif self._reads_limit(span):
+            assert self._reads is not None
+            self._reads.grow()
+        else:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = self._hold
+                self._try_another(rate, span)
+
+    def _judge(self, rate: float) -> None:
+        """End a trial: keep its level if it delivered `MARGIN` times faster, else go back."""
+        assert self._trial is not None
+        before, before_rate = self._trial
+        self._trial = None
+        if rate >= before_rate * MARGIN:
+            self._hold = FIRST_HOLD
+        else:
+            self._set(before)
+            self._hold = min(MAX_HOLD, 2 * self._hold)
+        self._countdown = self._hold
+
+    def _try_another(self, rate: float, span: float) -> None:
+        """Try the level above (while the consumer waits, within the memory bound) or the one
+        below (the consumer's thread only where the threads may lose), in turn."""
+        index = self._levels.index(self.level)
+        waiting = self._waited >= WAITING * span
+        ups = self._levels[index + 1 : index + 2] if waiting and not self._over_memory() else []
+        downs = self._levels[max(0, index - 1) : index]
+        if downs == [0] and not self._threads_may_lose(span):
+            downs = []
+        options = ups + downs if self._up_first else downs + ups
+        self._up_first = not self._up_first
+        if options:
+            self._trial = (self.level, rate)
+            self._set(options[0])
+
+    def _threads_may_lose(self, span: float) -> bool:
+        """False while the threads keep up with the consumer, or clearly pay off."""
+        if self._waited < WAITING * span:
+            return False
+        work = self._scheduler.work_seconds - self._work
+        jobs = self._scheduler.jobs_done - self._jobs
+        return not (work / span >= PARALLEL and jobs and work / jobs >= LONG_CHUNK)
+
+    def _over_memory(self) -> bool:
+        return self._memory_limit is not None and resident_bytes() > self._memory_limit
+
+    def _shrink(self) -> None:
+        """Above the memory bound: one worker fewer (never the consumer's thread alone:
+        inline, the window is the same), and half the read threads."""
+        index = self._levels.index(self.level)
+        if index > 0 and self._levels[index - 1] > 0:
+            self._set(self._levels[index - 1])
+        if self._reads is not None:
+            self._reads.shrink()
+
+    def _reads_limit(self, span: float) -> bool:
+        """True when reads through the read pool took most of the workers' time while the
+        consumer waited, and the read threads may grow ("auto" only)."""
+        if self._reads is None or self.level == 0 or not self._reads.waiting():
+            return False
+        if self._waited < WAITING * span:
+            return False
+        busy, reading = self._worker_times()
+        return reading - self._reading > READS_SHARE * max(busy - self._busy, 1e-9)
+
+    def _worker_times(self) -> tuple[float, float]:
+        """The workers' seconds so far: busy in steps, and busy reading ("auto" only)."""
+        busy = reading = 0.0
+        for meter in self._meters.all() if self._meters is not None else ():
+            if meter.role == "steps":
+                for key, (_, seconds, _) in meter.copy_steps().items():
+                    busy += seconds
+                    reading += seconds if key in self._read_keys else 0.0
+        return busy, reading
+
+    def _set(self, level: int) -> None:
+        """Run chunks at `level`: that many workers, or the consumer's thread for 0."""
+        self.level = level
+        self._settling = True
+        self._changed_at = self._scheduler.progress()[0]
+        if level == 0:
+            self._scheduler.run_inline(True)
+            return
+        while self._workers.count() < level:
+            self._workers.add()
+        while self._workers.count() > level:
+            self._workers.retire()
+        self._scheduler.run_inline(False)

@@ -1,0 +1,179 @@
+"""The workers or the consumer's own thread run the chunks, as measured (`_executors/tuning`): which
+one, and how often it changes, never changes an output, an error's place, a state or a shutdown.
+
+Here the tuner is made to change level at every second output (see `restless`), far more often
+than measuring ever would, and every contract pipeline is compared with the reference."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioloader
+from aioloader._executors import tuning
+from tests.conftest import repeated
+from tests.support.reference import CASES, Case, assert_same_outputs, expected
+
+
+@pytest.fixture
+def restless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuner that tries another level after every output and keeps it: the level changes every
+    second output, the consumer's thread running every other stretch of jobs."""
+    monkeypatch.setattr(tuning, "PHASE_SECONDS", 0.0)
+    monkeypatch.setattr(tuning, "MIN_OUTPUTS", 1)
+    monkeypatch.setattr(tuning, "FIRST_HOLD", 1)
+    monkeypatch.setattr(tuning, "MARGIN", 0.0)  # every trial wins
+    monkeypatch.setattr(tuning, "WAITING", 0.0)
+    monkeypatch.setattr(tuning, "PARALLEL", float("inf"))  # never sure that the threads pay off
+
+
+def consumer_ran_jobs(iterator: Any) -> bool:
+    """True when the consumer's thread has run jobs: its own copy of the program exists."""
+    engine = iterator._cursor.holder.engine
+    return engine is not None and getattr(engine, "_own_program", None) is not None
+
+
+# The out-of-order cases hold records back for a given count of workers: fixed counts only.
+LEVELS = [(case, workers) for case in CASES for workers in (1, 2, "auto")]
+LEVELS = [(case, w) for case, w in LEVELS if w != "auto" or not case.name.startswith("out-of-order")]
+
+
+@pytest.mark.usefixtures("restless")
+@pytest.mark.parametrize(("case", "workers"), LEVELS, ids=[f"{c.name}-{w}" for c, w in LEVELS])
+def test_changing_level_at_every_other_output_changes_no_output(case: Case, workers: int | str) -> None:
+    small = aioloader.ReadOptions(num_threads=2, prefetch_buffer_size=6)  # chunks of a few records
+    outputs = list(case.loader(workers, read_options=small))  # type: ignore[arg-type]
+    assert_same_outputs(outputs, expected(case))
+
+
+@repeated
+@pytest.mark.usefixtures("restless")
+def test_the_consumers_thread_runs_jobs_and_resumes_exactly(repeat: int) -> None:
+    case = next(case for case in CASES if case.name == "fused-batch")
+    iterator = iter(case.loader(2))
+    head = [next(iterator) for _ in range(6)]
+    assert consumer_ran_jobs(iterator)
+    state = iterator.get_state()
+    iterator.close()
+    resumed = iter(case.loader(3))
+    resumed.set_state(state)
+    assert_same_outputs(head + list(resumed), expected(case))
+
+
+class FailAt(aioloader.MapTransform):
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def map(self, x: int) -> int:
+        if x == self.bad:
+            raise ValueError(f"bad record {x}")
+        return x
+
+
+@repeated
+@pytest.mark.usefixtures("restless")
+def test_an_error_in_a_job_the_consumer_ran_arrives_in_its_place(repeat: int) -> None:
+    n = 3000
+    sampler = aioloader.IndexSampler(n, shuffle=True, num_epochs=1, seed=1)
+    bad = sampler[2000].record_key
+    loader = aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, n),
+        sampler=sampler,
+        operations=[FailAt(bad), aioloader.Batch(10)],
+        worker_count=2,
+    )
+    iterator = iter(loader)
+    got: list[Any] = []
+    with pytest.raises(ValueError, match=f"bad record {bad}") as raised:
+        got.extend(iterator)
+    assert len(got) == 200  # every batch before the failing record's
+    assert f"index=2000, record_key={bad}" in "".join(getattr(raised.value, "__notes__", []))
+
+
+class Slow(aioloader.MapTransform):
+    """Slow enough that a close comes while the consumer's thread is in a job."""
+
+    def map(self, x: int) -> int:
+        time.sleep(0.001)
+        return x
+
+
+@pytest.mark.usefixtures("restless")
+def test_a_close_from_another_thread_stops_a_job_the_consumer_runs() -> None:
+    loader = aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, 100_000),
+        sampler=aioloader.IndexSampler(100_000, num_epochs=1),
+        operations=[Slow(), aioloader.Batch(4)],
+        worker_count=2,
+    )
+    iterator = iter(loader)
+    while not consumer_ran_jobs(iterator):
+        next(iterator)
+    closer = threading.Timer(0.05, iterator.close)
+    closer.start()
+    started = time.monotonic()
+    for _ in iterator:  # ends with StopIteration once closed
+        pass
+    closer.join()
+    assert time.monotonic() - started < 2.0
+    assert not [t for t in threading.enumerate() if t.name.startswith("aioloader-worker")]
+
+
+class Interrupt(aioloader.MapTransform):
+    def map(self, x: int) -> int:
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt  # Ctrl-C, in a job run by the consumer's thread
+        return x
+
+
+@pytest.mark.usefixtures("restless")
+def test_keyboard_interrupt_in_a_job_the_consumer_runs_stops_the_loader() -> None:
+    loader = aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, 100_000),
+        sampler=aioloader.IndexSampler(100_000, num_epochs=1),
+        operations=[Interrupt(), aioloader.Batch(4)],
+        worker_count=2,
+    )
+    iterator = iter(loader)
+    with pytest.raises(KeyboardInterrupt):
+        list(iterator)
+    assert not [t for t in threading.enumerate() if t.name.startswith("aioloader-worker")]
+
+
+class Noise(aioloader.RandomMapTransform):
+    def random_map(self, x: int, rng: np.random.Generator) -> float:
+        return x + float(rng.random())
+
+
+def test_statistics_name_the_consumers_thread_when_it_was_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chosen, not under trial: the workers are always tried, and always lose."""
+    monkeypatch.setattr(tuning, "PHASE_SECONDS", 0.0)
+    monkeypatch.setattr(tuning, "MIN_OUTPUTS", 1)
+    monkeypatch.setattr(tuning, "WAITING", 0.0)
+    monkeypatch.setattr(tuning, "PARALLEL", float("inf"))
+
+    def judge(self: tuning.Tuner, rate: float) -> None:  # the consumer's thread wins every trial
+        self._trial = None
+        if self.level != 0:
+            self._set(0)
+
+    monkeypatch.setattr(tuning.Tuner, "_judge", judge)
+    loader = aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, 2000),
+        sampler=aioloader.IndexSampler(2000, num_epochs=1, seed=2),
+        operations=[Noise(), aioloader.Batch(4)],
+        worker_count=2,
+        read_options=aioloader.ReadOptions(prefetch_buffer_size=12),  # chunks of one batch
+    )
+    with iter(loader) as iterator:
+        for _ in range(20):  # the first trial comes after the first phase
+            next(iterator)
+        statistics = iterator.statistics()
+        assert statistics.inline
+        assert statistics.worker_count == 0
+        assert "the consumer's thread runs the chunks" in statistics.summary()
+        assert len(list(iterator)) == 500 - 20  # and on to the end

@@ -1,0 +1,148 @@
+"""`Tuner`: which level (worker threads, or the consumer's own thread) runs the chunks, decided from
+measured delivery rates, driven here by hand with a clock of the test's own."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from aioloader._executors import tuning
+from aioloader._executors.tuning import Tuner
+
+PHASE = tuning.PHASE_SECONDS
+
+
+@dataclass
+class FakeScheduler:
+    """What the tuner reads of a scheduler, and the inline switch it turns."""
+
+    issued: int = 0
+    taken: int = 0
+    work_seconds: float = 0.0
+    jobs_done: int = 0
+    inline: list[bool] = field(default_factory=list)
+
+    def progress(self) -> tuple[int, int]:
+        return self.issued, self.taken
+
+    def run_inline(self, inline: bool) -> None:
+        self.inline.append(inline)
+
+
+@dataclass
+class FakeWorkers:
+    running: int
+
+    def count(self) -> int:
+        return self.running
+
+    def add(self) -> None:
+        self.running += 1
+
+    def retire(self) -> None:
+        self.running -= 1
+
+
+class Run:
+    """A tuner over fakes, fed outputs as a loader at a given speed per level would feed it."""
+
+    def __init__(self, levels: list[int], workers: int, speed: dict[int, float], **kwargs: object) -> None:
+        self.now = 0.0
+        self.scheduler = FakeScheduler()
+        self.workers = FakeWorkers(workers)
+        self.speed = speed  # outputs of weight 1 per second at each level
+        self.tuner = Tuner(self.scheduler, self.workers, levels, clock=lambda: self.now, **kwargs)  # type: ignore[arg-type]
+        self.levels: list[int] = []
+
+    def outputs(self, count: int, waited: float = 1.0, cpu_per_job: float = 0.0) -> None:
+        """`count` outputs, each a job issued and taken; `waited`: the share of the time the
+        consumer spent in `next()`; `cpu_per_job`: the CPU each job took on its thread."""
+        for _ in range(count):
+            gap = 1.0 / self.speed[self.tuner.level]
+            self.now += gap
+            self.scheduler.issued += 1
+            self.scheduler.taken += 1
+            self.scheduler.jobs_done += 1
+            self.scheduler.work_seconds += cpu_per_job
+            self.tuner.delivered(1, waited * gap)
+            self.levels.append(self.tuner.level)
+
+
+def phases(count: int, speed: float) -> int:
+    """Outputs that make `count` phases at `speed` outputs a second (one more to start)."""
+    per_phase = max(tuning.MIN_OUTPUTS, math.ceil(PHASE * speed))  # speeds here keep off whole numbers
+    return 1 + count * per_phase
+
+
+def test_a_consumer_thread_twice_as_fast_takes_over_and_statistics_show_it_once_chosen() -> None:
+    run = Run([0, 2], 2, {2: 1100, 0: 2300})
+    run.outputs(phases(1, 1100))  # one phase of the workers: then the consumer's thread is tried
+    assert run.tuner.level == 0
+    assert run.tuner.chosen == 2
+    assert run.scheduler.inline == [True]
+    run.outputs(phases(1, 2300))
+    assert run.tuner.chosen == 0  # it delivered twice as fast: kept
+
+
+def test_a_trial_that_loses_goes_back_and_waits_twice_as_long_before_the_next() -> None:
+    run = Run([0, 2], 2, {2: 2300, 0: 1100})
+    trials: list[float] = []  # when each trial began
+    while len(trials) < 4:
+        before = len(run.scheduler.inline)
+        run.outputs(1)
+        if len(run.scheduler.inline) > before and run.scheduler.inline[-1]:
+            trials.append(run.now)
+    assert run.tuner.chosen == 2
+    assert run.scheduler.inline == [True, False] * 3 + [True]
+    # After one phase, then holds of 2, 4 and 8 times FIRST_HOLD phases (plus the trial's own).
+    gaps = [(b - a) / PHASE for a, b in itertools.pairwise(trials)]
+    for gap, hold in zip(gaps, [2, 4, 8], strict=True):
+        assert hold * tuning.FIRST_HOLD < gap < (hold * tuning.FIRST_HOLD + 3) * 1.1, gaps
+
+
+def test_no_trial_of_the_consumer_thread_while_the_threads_keep_up() -> None:
+    run = Run([0, 2], 2, {2: 1100, 0: 5100})
+    run.outputs(phases(40, 1100), waited=0.01)  # the consumer hardly waits: the loader keeps up
+    assert run.scheduler.inline == []
+    assert set(run.levels) == {2}
+
+
+def test_no_trial_of_the_consumer_thread_while_the_threads_clearly_pay_off() -> None:
+    run = Run([0, 2], 2, {2: 1100, 0: 5100})
+    # Each job: 2 ms of CPU, finished at 1,100 a second: two cores busy, long chunks.
+    run.outputs(phases(40, 1100), cpu_per_job=0.002)
+    assert run.scheduler.inline == []
+
+
+def test_outputs_of_jobs_issued_before_a_change_are_not_measured() -> None:
+    run = Run([0, 2], 2, {2: 1100, 0: 1100})
+    run.outputs(phases(1, 1100) - 1)
+    run.scheduler.issued += 50  # jobs the workers hold when the level changes
+    run.outputs(1)  # the phase ends: the trial starts, with the consumer's thread
+    assert run.tuner.level == 0
+    # Their outputs come fast (they were made by the workers meanwhile): not the trial's.
+    for _ in range(50):
+        run.now += 1e-5
+        run.scheduler.taken += 1
+        run.tuner.delivered(1, 1e-5)
+    assert run.tuner.level == 0
+    assert run.tuner.chosen == 2
+    run.outputs(phases(1, 1100))
+    assert run.tuner.chosen == 2  # as fast as the workers, not 10% faster: back to them
+
+
+def test_auto_climbs_while_each_worker_more_is_faster_and_stops_where_it_is_not() -> None:
+    speeds = {0: 510, 1: 1010, 2: 1930, 3: 2030, 4: 2070}
+    run = Run([0, 1, 2, 3, 4], 1, speeds, memory_limit=1 << 62)
+    run.outputs(20_000)
+    assert run.tuner.chosen == 2  # 3 workers are not 10% faster than 2
+    assert run.workers.running in (2, 3)  # 3 while a trial of it runs
+    assert max(run.levels) <= 3
+
+
+def test_auto_adds_no_worker_above_its_memory_bound() -> None:
+    run = Run([0, 1, 2, 3, 4], 1, {0: 510, 1: 1010, 2: 2030, 3: 3030, 4: 4030}, memory_limit=1)
+    run.outputs(5_000)
+    assert max(run.levels) == 1
+    assert run.workers.running == 1
