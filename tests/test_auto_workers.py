@@ -20,7 +20,7 @@ class Sleepy(aioloader.MapTransform):
     """Waits as a decode that releases the GIL would: more workers help."""
 
     def map(self, x: int) -> int:
-        time.sleep(0.001)
+        time.sleep(0.002)  # long enough that a second worker is clearly faster, on a busy machine too
         return x * 3
 
 
@@ -54,9 +54,9 @@ def test_auto_gives_the_batches_of_worker_count_0_and_adds_workers(repeat: int) 
         found.append(batch.tolist())
         counts.append(iterator.statistics().worker_count)
     assert found == expected
-    assert all(1 <= count <= default_maximum() for count in counts)
+    assert all(0 <= count <= default_maximum() for count in counts)  # 0: the consumer's thread
     if default_maximum() > 1:
-        # About 0.6 s of sleeping, one decision every 0.2 s while the consumer waits.
+        # About 1.2 s of sleeping; a trial of a second worker within the first 0.1 s.
         assert max(counts) > 1, counts
 
 
@@ -69,7 +69,7 @@ async def test_auto_with_async_for_gives_the_same_batches() -> None:
 def test_no_worker_is_added_above_the_memory_bound() -> None:
     iterator = iter(loader("auto", memory_limit_bytes=1))
     counts = [iterator.statistics().worker_count for _ in iterator]
-    assert set(counts) == {1}
+    assert set(counts) <= {0, 1}  # the one worker it starts with, or the consumer's thread
 
 
 def test_resume_with_auto_continues_where_a_fixed_count_stopped() -> None:

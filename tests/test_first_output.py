@@ -75,7 +75,7 @@ def test_with_no_consumer_waiting_the_workers_go_on_after_the_first_chunk() -> N
     first = sched.next_work(wait=False)
     assert first is not None
     run(sched, first)
-    sched.advance(first)
+    sched.advance(first, worker=True)
     second = sched.next_work(wait=False)
     assert second is not None
     assert second.seq == 1

@@ -94,6 +94,45 @@ def test_an_error_in_a_job_the_consumer_ran_arrives_in_its_place(repeat: int) ->
     assert f"index=2000, record_key={bad}" in "".join(getattr(raised.value, "__notes__", []))
 
 
+class Counting:
+    """A source that notes how many of its reads run at once."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.0002)
+        with self._lock:
+            self.now -= 1
+        return key
+
+
+@repeated
+@pytest.mark.usefixtures("restless")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_more_threads_run_user_code_at_once_than_workers(workers: int, repeat: int) -> None:
+    """When the consumer's thread takes over, it waits for the workers' jobs to end first."""
+    source = Counting(2000)
+    loader = aioloader.DataLoader(
+        data_source=source,
+        sampler=aioloader.IndexSampler(2000, num_epochs=1),
+        operations=[aioloader.Batch(4)],
+        worker_count=workers,
+        read_options=aioloader.ReadOptions(num_threads=0, prefetch_buffer_size=24),
+    )
+    with iter(loader) as iterator:
+        assert len(list(iterator)) == 500
+    assert source.most <= workers
+
+
 class Slow(aioloader.MapTransform):
     """Slow enough that a close comes while the consumer's thread is in a job."""
 

@@ -50,8 +50,8 @@ def inline_steps(
     `first_records`: the first chunk's size (see `ChunkPlanner`)."""
     planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
     while (job := planner.next_job()) is not None:
-        result, seconds = yield from _run_stage(program, Stage.RECORDS, job)
-        planner.observe(job.count, seconds)
+        result, seconds, wall = yield from _run_stage(program, Stage.RECORDS, job)
+        planner.observe(job.count, seconds, wall)
         ready: list[Outputs] = []
         if tail is None:
             ready.append(result)
@@ -71,9 +71,9 @@ def inline_steps(
         yield (yield from _run_stage(program, Stage.BATCHES, batch_job))[0]
 
 
-def _run_stage(program: Program, stage: Stage, job: Any) -> Generator[Any, Any, tuple[Any, float]]:
-    """Walk `job` through the stage's segments; return the result and the CPU seconds
-    of its synchronous segments (see `Work`)."""
+def _run_stage(program: Program, stage: Stage, job: Any) -> Generator[Any, Any, tuple[Any, float, float]]:
+    """Walk `job` through the stage's segments; return the result, and the CPU and wall
+    seconds of its synchronous segments (see `Work`)."""
     work = Work(stage, 0, job, 0)
     del job  # the work holds it, and lets it go once a segment has made its result
     while (place := work.place(program)) is not Place.DONE:
@@ -81,7 +81,7 @@ def _run_stage(program: Program, stage: Stage, job: Any) -> Generator[Any, Any, 
             yield Await(work.await_segment(program))
         else:
             work.run_segment(program.run_segment)
-    return work.payload, work.seconds
+    return work.payload, work.seconds, work.wall
 
 
 def run_inline(steps: Steps) -> Generator[Outputs, None, None]:

@@ -94,7 +94,7 @@ class WorkerThreads:
                 started.set()
                 while (work := scheduler.next_work(meter=meter)) is not None:
                     work.run_segment(run)
-                    scheduler.advance(work)
+                    scheduler.advance(work, worker=True)
                     # Drop this work's data before waiting for more: an idle worker
                     # must not keep a chunk of records alive.
                     del work

@@ -18,18 +18,24 @@ interpreter and the machine:
 
 A fixed `worker_count=N` chooses between N workers and the consumer's thread
 (levels 0 and N); `worker_count="auto"` between 0 and the CPUs the process
-may use, one step at a time. With `async for` the consumer is the event loop,
-where user code must not run: there is no level 0.
+may use. With `async for` the consumer is the event loop, where user code
+must not run: there is no level 0.
 
 The tuner runs in the consumer's thread, from `ThreadedEngine.next`/`anext`.
 It counts the window weight delivered (records, or batches for the tail plan)
 per second of wall time in phases of `PHASE_SECONDS`, the consumer's own work
 included: at level 0 the consumer does the loader's work between its own
-steps, and only a faster loop overall is worth it. After a phase, then every
-`FIRST_HOLD` phases, it tries a neighbouring level for one phase and keeps it
-if that delivered at least `MARGIN` times faster; a trial that loses doubles
-the phases before the next one (up to `MAX_HOLD`, a few seconds), so a run
-that has settled pays little for checking again. There is no trial:
+steps, and only a faster loop overall is worth it. A phase starts with the
+first output of a job issued at its level (jobs issued before a change ran at
+the level before). After the first phase it tries a neighbouring level for
+one phase (`_neighbours`: from workers, the consumer's thread, one worker
+fewer, one more; from the consumer's thread, the workers it left and one
+more, since one worker may lose to it where two win) and keeps it if it
+delivered at least `MARGIN` times faster than the better of the last two
+phases before. A level whose trial lost waits twice as many phases as last
+time before it is tried again (`FIRST_HOLD`, then up to `MAX_HOLD`: a few
+seconds), so a run that has settled pays little for checking again. There
+is no trial:
 
 * of more workers, while the consumer waits for less than `WAITING` of a
   phase (the loader keeps up), nor above the memory bound of "auto";
@@ -57,8 +63,8 @@ from aioloader._scheduling.scheduler import Scheduler
 
 PHASE_SECONDS = 0.025  # one measurement ...
 MIN_OUTPUTS = 4  # ... of at least this many outputs
-FIRST_HOLD = 4  # phases at a level before a neighbour is tried
-MAX_HOLD = 128  # the most phases between two trials
+FIRST_HOLD = 4  # phases before a level whose trial lost, or a new level's neighbour, is tried
+MAX_HOLD = 128  # the most phases a level waits
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
@@ -96,14 +102,17 @@ class Tuner:
             read_keys,
         )
         self.level = max(level for level in self._levels if level <= max(1, workers.count()))
+        self._threads = self.level  # the workers of the last level that had some
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
-        self._hold = FIRST_HOLD
-        self._countdown = 1  # the first trial comes after one phase: runs may be short
-        self._up_first = True  # which neighbour the next trial tries first
+        # Phases until each level may be tried (the first trial comes after one phase: runs
+        # may be short), and how long the last lost trial of a level made it wait.
+        self._waits = dict.fromkeys(self._levels, 1)
+        self._backoffs: dict[int, int] = {}
         self._settling = True  # outputs start a phase once jobs issued since `_changed_at` come
         self._changed_at = 0
         self._start = self._waited = self._work = self._busy = self._reading = 0.0
         self._weight = self._outputs = self._jobs = 0
+        self._rates: list[float] = []  # the last phases' rates at this level
 
     @property
     def chosen(self) -> int:
@@ -136,6 +145,7 @@ class Tuner:
 
     def _end_phase(self, span: float) -> None:
         rate = self._weight / span
+        self._rates = [*self._rates[-1:], rate]  # this level's last two (a trial compares with both)
         if self._trial is not None:
             self._judge(rate)
         elif self._over_memory():
@@ -144,37 +154,48 @@ class Tuner:
             assert self._reads is not None
             self._reads.grow()
         else:
-            self._countdown -= 1
-            if self._countdown <= 0:
-                self._countdown = self._hold
-                self._try_another(rate, span)
+            for level in self._waits:
+                self._waits[level] -= 1
+            self._try_another(span)
 
     def _judge(self, rate: float) -> None:
-        """End a trial: keep its level if it delivered `MARGIN` times faster, else go back."""
+        """End a trial: keep its level if it delivered `MARGIN` times faster, else go back and
+        wait twice as long as last time before trying that level again."""
         assert self._trial is not None
         before, before_rate = self._trial
         self._trial = None
         if rate >= before_rate * MARGIN:
-            self._hold = FIRST_HOLD
-        else:
-            self._set(before)
-            self._hold = min(MAX_HOLD, 2 * self._hold)
-        self._countdown = self._hold
+            self._backoffs.clear()  # a new level: its neighbours may be tried soon
+            self._waits = dict.fromkeys(self._levels, FIRST_HOLD)
+            return
+        tried = self.level
+        self._backoffs[tried] = min(MAX_HOLD, 2 * self._backoffs.get(tried, FIRST_HOLD))
+        self._waits[tried] = self._backoffs[tried]
+        self._set(before)
 
-    def _try_another(self, rate: float, span: float) -> None:
-        """Try the level above (while the consumer waits, within the memory bound) or the one
-        below (the consumer's thread only where the threads may lose), in turn."""
-        index = self._levels.index(self.level)
-        waiting = self._waited >= WAITING * span
-        ups = self._levels[index + 1 : index + 2] if waiting and not self._over_memory() else []
-        downs = self._levels[max(0, index - 1) : index]
-        if downs == [0] and not self._threads_may_lose(span):
-            downs = []
-        options = ups + downs if self._up_first else downs + ups
-        self._up_first = not self._up_first
-        if options:
-            self._trial = (self.level, rate)
-            self._set(options[0])
+    def _try_another(self, span: float) -> None:
+        """Try the first neighbouring level whose wait is over (see `_neighbours`)."""
+        ready = [level for level in self._neighbours(span) if self._waits[level] <= 0]
+        if ready:
+            self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
+            self._set(ready[0])
+
+    def _neighbours(self, span: float) -> list[int]:
+        """The levels next to this one, fewer threads first.
+
+        From the consumer's thread: the workers it left, and one more (one worker
+        may lose to the consumer's thread where two win: neither is then left out).
+        From workers: the consumer's thread where the threads may lose, one worker
+        fewer, and one more while the consumer waits, within the memory bound."""
+        more = self._waited >= WAITING * span and not self._over_memory()
+        if self.level == 0:
+            return [
+                level for level in (self._threads, self._threads + 1)[: 1 + more] if level in self._levels
+            ]
+        below = [0] if self._levels[0] == 0 and self._threads_may_lose(span) else []
+        below += [level for level in (self.level - 1,) if level > 0 and level in self._levels]
+        above = [level for level in (self.level + 1,) if more and level in self._levels]
+        return below + above
 
     def _threads_may_lose(self, span: float) -> bool:
         """False while the threads keep up with the consumer, or clearly pay off."""
@@ -199,7 +220,7 @@ class Tuner:
     def _reads_limit(self, span: float) -> bool:
         """True when reads through the read pool took most of the workers' time while the
         consumer waited, and the read threads may grow ("auto" only)."""
-        if self._reads is None or self.level == 0 or not self._reads.waiting():
+        if self._reads is None or not self._reads.waiting():
             return False
         if self._waited < WAITING * span:
             return False
@@ -219,7 +240,9 @@ class Tuner:
     def _set(self, level: int) -> None:
         """Run chunks at `level`: that many workers, or the consumer's thread for 0."""
         self.level = level
+        self._threads = level or self._threads
         self._settling = True
+        self._rates = []
         self._changed_at = self._scheduler.progress()[0]
         if level == 0:
             self._scheduler.run_inline(True)

@@ -2,7 +2,9 @@
 
 Per-chunk hand-offs between threads cost tens of microseconds, so a chunk
 should be about a millisecond of work (CPU time: waiting for I/O or for the
-GIL is not work); how long a record takes is only known once some have been
+GIL is not work), and at most `WALL_SECONDS` of wall time, so that records
+that wait do not gather by the hundred on one worker; how long a record
+takes is only known once some have been
 processed. The first chunk is one record (or one batch), so the first output
 comes as soon as possible and its cost is measured before any other chunk is
 sized (the pipeline waits for it); later chunks are sized from the measured
@@ -18,6 +20,7 @@ from aioloader._program.program import Plan, Program
 from aioloader._scheduling.tail import TailBatcher
 
 TARGET_SECONDS = 0.001
+WALL_SECONDS = 0.01  # ... and at most this much wall time (see `ChunkPlanner.next_size`)
 FIRST_CHUNK_RECORDS = 1
 
 
@@ -44,25 +47,28 @@ class ChunkPlanner:
         self.limit(max_records)
         self._first = first_records
         self._seconds_per_record: float | None = None
+        self._wall_per_record: float | None = None
 
     def limit(self, max_records: int) -> None:
         """Cap later chunks at `max_records` (rounded down to whole multiples, at least one)."""
         self._max = max(self._multiple, max_records // self._multiple * self._multiple)
 
-    def observe(self, records: int, seconds: float) -> None:
-        """Record that a chunk of `records` took `seconds` of worker time."""
+    def observe(self, records: int, seconds: float, wall: float = 0.0) -> None:
+        """Record that a chunk of `records` took `seconds` of CPU time and `wall` seconds."""
         if records <= 0:
             return
-        sample = seconds / records
-        previous = self._seconds_per_record
-        self._seconds_per_record = sample if previous is None else 0.7 * previous + 0.3 * sample
+        self._seconds_per_record = _smoothed(self._seconds_per_record, seconds / records)
+        self._wall_per_record = _smoothed(self._wall_per_record, wall / records)
 
     def next_size(self) -> int:
         """How many records the next chunk should hold (a multiple of `multiple`)."""
         if self._seconds_per_record is None:
             wanted = self._first
         else:
+            # A chunk of records that wait (a map that calls a server) would hold hundreds of
+            # records on one worker for a second: its wall time is bounded too.
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
+            wanted = min(wanted, int(WALL_SECONDS / max(self._wall_per_record or 0.0, 1e-9)))
         # Whole multiples that fit the target, at least one: rounding up would double a chunk
         # whose batch takes a little over half the target, and the memory it holds with it.
         multiples = max(1, wanted // self._multiple)
@@ -99,3 +105,7 @@ def plan_chunks(
     planner = ChunkPlanner(position, program.sampler.length, multiple, max_records, first_records)
     tail = TailBatcher(batch, position[2]) if program.plan is Plan.TAIL and batch is not None else None
     return planner, tail
+
+
+def _smoothed(previous: float | None, sample: float) -> float:
+    return sample if previous is None else 0.7 * previous + 0.3 * sample

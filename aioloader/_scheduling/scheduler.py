@@ -84,7 +84,8 @@ class Scheduler:
         self._broken: BaseException | None = None
         self._async_runner: AsyncRunner | None = None
         self._inline = False  # the consumer runs the jobs in `get` (see `run_inline`); workers start none
-        self.work_seconds = 0.0  # CPU seconds of the jobs done so far (the pacer reads them)
+        self._held = 0  # jobs the workers took from `next_work` and have not handed back
+        self.work_seconds = 0.0  # CPU seconds of the jobs done so far (the tuner reads them)
         self.jobs_done = 0
 
     def use_async_runner(self, runner: AsyncRunner) -> None:
@@ -126,8 +127,11 @@ class Scheduler:
         with self._lock:
             while not self._closed:
                 work = self._resumable.popleft() if self._resumable else self._worker_work_locked()
-                if work is not None or not wait:
+                if work is not None:
+                    self._held += 1
                     return work
+                if not wait:
+                    return None
                 if meter is None:
                     self._work_ready.wait()
                 else:
@@ -172,22 +176,29 @@ class Scheduler:
         stage.issued += 1
         return Work(stage.name, stage.issued - 1, job, weight)
 
-    def advance(self, work: Work) -> None:
+    def advance(self, work: Work, worker: bool = False) -> None:
         """Send `work` on after its last segment ran (any thread): to the event loop,
-        back to the workers, or, with no segment left, to the ordered results."""
+        back to the workers, or, with no segment left, to the ordered results.
+        `worker`: the worker that took `work` from `next_work` hands it back."""
         place = work.place(self.program)
-        if place is Place.LOOP:
-            assert self._async_runner is not None, "a program with async segments needs an AsyncRunner"
-            self._async_runner.submit(work)
-            return
         with self._lock:
-            if self._closed:
+            if worker:
+                self._held -= 1
+                if not self._held and self._inline:
+                    self._wake_consumer_locked()  # it may run jobs now (see `get`)
+            if place is Place.LOOP:
+                pass  # submitted below, outside the lock
+            elif self._closed:
                 return  # nobody will take it: keep nothing
-            if place is Place.WORKER:
+            elif place is Place.WORKER:
                 self._resumable.append(work)
                 self._work_ready.notify()
+                return
             else:
                 self._complete_locked(work)
+                return
+        assert self._async_runner is not None, "a program with async segments needs an AsyncRunner"
+        self._async_runner.submit(work)
 
     def _complete_locked(self, work: Work) -> None:
         stage = self.records if work.stage is Stage.RECORDS else self._final  # BATCHES: the final stage
@@ -195,7 +206,7 @@ class Scheduler:
         self.work_seconds += work.seconds
         self.jobs_done += 1
         if work.stage is Stage.RECORDS:
-            self._planner.observe(work.weight, work.seconds)
+            self._planner.observe(work.weight, work.seconds, work.wall)
             if self._measuring and not self._hold_for_consumer_locked():
                 self._measuring = False
                 self._wake_workers_locked()
@@ -260,14 +271,17 @@ class Scheduler:
         Hand the weight back with `release` once the outputs are delivered. In
         inline mode (`run_inline`), the caller runs the next job with `runner`
         (its own copy of the program) rather than wait for a worker, as long as
-        the window has room for one; a close from another thread stops it
-        between two records, and then this answers the end.
+        the window has room for one and no worker still holds one (so that no
+        more threads than the workers ever run the user's code at once); a
+        close from another thread stops it between two records, and then this
+        answers the end.
         """
         while True:
             with self._lock:
                 if self._answerable_locked():
                     return self._answer_locked()
-                work = self._new_work_locked() if self._inline and runner is not None else None
+                # Once no worker holds a job: never more threads in the user's code than workers.
+                work = self._new_work_locked() if self._inline and runner and not self._held else None
                 if work is None:
                     if not self._answerable_locked():  # asking for work may have found the end
                         self._consumer_waits = True

@@ -35,8 +35,8 @@ class Work:
     """Job number `seq` of `stage`, with `weight` in its window, at segment `segment`.
 
     `payload` is the job before the first segment and each segment's result
-    after it; `seconds` is the CPU time its synchronous segments took, which
-    sizes the next chunks (awaited segments are not counted: waiting on I/O
+    after it; `seconds` is the CPU time its synchronous segments took, and
+    `wall` their wall time, which size the next chunks (awaited segments are not counted: waiting on I/O
     is not work, and counting it would shrink the chunks, and with them the
     reads in flight, to one record).
     """
@@ -47,6 +47,7 @@ class Work:
     weight: int
     segment: int = 0
     seconds: float = 0.0
+    wall: float = 0.0
 
     def place(self, program: Program) -> Place:
         """Where the next segment runs, or DONE."""
@@ -61,9 +62,10 @@ class Work:
         CPU time, not wall time: time spent waiting (for reads in the read
         pool, for the GIL) is not work.
         """
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         self.payload = run(self.stage, self.segment, self.payload)
         self.seconds += time.thread_time() - started
+        self.wall += time.perf_counter() - wall
         self.segment += 1
 
     async def await_segment(self, program: Program) -> None:

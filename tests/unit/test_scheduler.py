@@ -50,7 +50,7 @@ def finish(scheduler: Scheduler, work: Work) -> None:
     while work.place(scheduler.program) is Place.WORKER:
         work.run_segment(scheduler.program.run_segment)
     work.seconds = 0.0
-    scheduler.advance(work)
+    scheduler.advance(work, worker=True)
 
 
 def outputs(scheduler: Scheduler) -> list[Any]:
@@ -163,11 +163,11 @@ def test_async_segments_go_to_the_async_runner_and_come_back() -> None:
     scheduler.use_async_runner(Recorder())
     work = take(scheduler)
     work.run_segment(scheduler.program.run_segment)  # keys and read, on a worker
-    scheduler.advance(work)
+    scheduler.advance(work, worker=True)
     assert submitted == [work]  # the map is awaited on a loop
     asyncio.run(work.await_segment(scheduler.program))
     assert work.place(scheduler.program) is Place.WORKER  # then back to a worker for the outputs
-    scheduler.advance(work)
+    scheduler.advance(work, worker=True)
     finish(scheduler, take(scheduler))
     assert outputs(scheduler) == [0]
 
