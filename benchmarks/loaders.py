@@ -231,9 +231,9 @@ def _grain_scale(trivial: float) -> tuple[tuple[str, float], ...]:
     """The share of each workload Grain reads: its runs are slow (`trivial`: the variant's own)."""
     return (
         ("trivial", trivial),
-        ("cpu", 0.15),
+        ("cpu", 0.08),
         ("tokenize", 0.05),
-        ("image", 0.15),
+        ("image", 0.04),
         ("storage", 0.3),
         ("arrayrecord", 0.15),
         ("parquet", 0.05),
@@ -270,7 +270,6 @@ LOADERS: dict[str, Loader] = {
             "aioloader",
             aioloader_batches,
             aioloader_settings,
-            scale=(("trivial", 0.1),),
             preload=("aioloader",),
         ),
         Loader(
@@ -280,7 +279,6 @@ LOADERS: dict[str, Loader] = {
             aioloader_auto_batches,
             aioloader_auto_settings,
             only_workers=(0,),  # the row of w=0: it picks its own count
-            scale=(("trivial", 0.1),),
             preload=("aioloader",),
         ),
         Loader(
@@ -289,7 +287,6 @@ LOADERS: dict[str, Loader] = {
             "aioloader",
             aioloader_async_batches,
             aioloader_settings,
-            scale=(("trivial", 0.1),),
             preload=("aioloader",),
         ),
         Loader(
@@ -300,7 +297,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=_grain_scale(trivial=0.005),
+            scale=_grain_scale(trivial=0.002),
             only_workers=(0, 2),
         ),
         Loader(
@@ -311,7 +308,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_grain", "settings_no_threads"),
             preload=("benchmarks.peer_grain",),
             async_sources=False,
-            scale=_grain_scale(trivial=0.01),
+            scale=_grain_scale(trivial=0.003),
             only_workers=(0, 2),
         ),
         Loader(
@@ -322,7 +319,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_torch", "settings"),
             preload=("benchmarks.peer_torch",),
             async_sources=False,
-            scale=(("trivial", 0.1), ("tokenize", 0.3)),
+            scale=(("trivial", 0.03), ("tokenize", 0.3), ("image", 0.3)),
             only_workers=(0, 2),
             # array_record's native reader (the GIL build's) crashes or hangs in a forked
             # process once threads have run, and PyTorch forks its workers.
@@ -336,7 +333,7 @@ LOADERS: dict[str, Loader] = {
             _peer("peer_spdl", "settings"),
             preload=("benchmarks.peer_spdl",),
             min_workers=1,
-            scale=(("trivial", 0.1), ("tokenize", 0.5)),
+            scale=(("trivial", 0.03), ("tokenize", 0.5)),
         ),
     ]
 }

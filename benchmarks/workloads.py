@@ -436,7 +436,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "trivial",
             "trivial records (int + 1)",
-            1_000_000,
+            4_000_000,
             32,
             KeySource,
             PlusOne,
@@ -446,7 +446,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "cpu",
             "pure-Python CPU loop, ~100 us/record",
-            12_000,
+            24_000,
             32,
             KeySource,
             SpinHash,
@@ -466,7 +466,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "image",
             "NumPy crop/flip/normalise 64x64x3",
-            15_000,
+            60_000,
             64,
             ImageSource,
             Augment,

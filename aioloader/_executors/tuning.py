@@ -28,12 +28,13 @@ included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
 the level before). After the first phase it tries a neighbouring level for
-one phase (`_neighbours`: from workers, the consumer's thread, one worker
-fewer, one more; from the consumer's thread, the workers it left and one
-more, since one worker may lose to it where two win) and keeps it if it
-delivered at least `MARGIN` times faster than the better of the last two
-phases before. A level whose trial lost waits twice as many phases as last
-time before it is tried again (`FIRST_HOLD`, then up to `MAX_HOLD`: a few
+one phase (`_neighbours`: from workers, one more, one fewer, the consumer's
+thread; from the consumer's thread, the workers it left and one more, since
+one worker may lose to it where two win) and keeps it if it delivered at
+least `MARGIN` times faster than the better of the last two phases before;
+after such a win, the next level the same way is tried at once (climbing is
+quick). A level whose trial lost waits twice as many phases as last time
+before it is tried again (`FIRST_HOLD`, then up to `MAX_HOLD`: a few
 seconds), so a run that has settled pays little for checking again. There
 is no trial:
 
@@ -165,8 +166,11 @@ class Tuner:
         before, before_rate = self._trial
         self._trial = None
         if rate >= before_rate * MARGIN:
-            self._backoffs.clear()  # a new level: its neighbours may be tried soon
+            self._backoffs.clear()  # a new level: its neighbours may be tried soon,
             self._waits = dict.fromkeys(self._levels, FIRST_HOLD)
+            onward = self.level + (1 if self.level > before else -1)
+            if self.level and onward in self._waits:
+                self._waits[onward] = 1  # and the next one the same way at once: climbing is quick
             return
         tried = self.level
         self._backoffs[tried] = min(MAX_HOLD, 2 * self._backoffs.get(tried, FIRST_HOLD))
@@ -181,21 +185,22 @@ class Tuner:
             self._set(ready[0])
 
     def _neighbours(self, span: float) -> list[int]:
-        """The levels next to this one, fewer threads first.
+        """The levels next to this one, in the order they are tried.
 
         From the consumer's thread: the workers it left, and one more (one worker
         may lose to the consumer's thread where two win: neither is then left out).
-        From workers: the consumer's thread where the threads may lose, one worker
-        fewer, and one more while the consumer waits, within the memory bound."""
+        From workers: one more while the consumer waits, within the memory bound
+        (the loader is behind: more threads are what helps most often), then one
+        fewer, then the consumer's thread where the threads may lose."""
         more = self._waited >= WAITING * span and not self._over_memory()
         if self.level == 0:
             return [
                 level for level in (self._threads, self._threads + 1)[: 1 + more] if level in self._levels
             ]
-        below = [0] if self._levels[0] == 0 and self._threads_may_lose(span) else []
-        below += [level for level in (self.level - 1,) if level > 0 and level in self._levels]
         above = [level for level in (self.level + 1,) if more and level in self._levels]
-        return below + above
+        below = [level for level in (self.level - 1,) if level > 0 and level in self._levels]
+        below += [0] if self._levels[0] == 0 and self._threads_may_lose(span) else []
+        return above + below
 
     def _threads_may_lose(self, span: float) -> bool:
         """False while the threads keep up with the consumer, or clearly pay off."""

@@ -75,6 +75,8 @@ class Stage(enum.Enum):
     RECORDS = "records"
     BATCHES = "batches"
 
+    __hash__ = object.__hash__  # as `Step`'s: a dict key on every segment of every chunk
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -167,20 +169,18 @@ class Program:
             return payload
         started = time.perf_counter()
         for call in steps:
-            payload = _SYNC_STEPS[call[0]](self, call[1], payload)
+            step = call[0]
+            payload = _SYNC_STEPS[step](self, call[1], payload)
             ended = time.perf_counter()  # one clock read per step: this step's end, the next one's start
-            self._count(counter, call, payload, ended - started)
+            if step is Step.READ_MAPS:  # counted as the steps it stands for (see `_split`)
+                for key, items, share in self._split:
+                    counter.count(key, items, (ended - started) * share)
+            else:
+                counter.count(
+                    call, len(payload.keys) if step is Step.KEYS else len(payload.items), ended - started
+                )
             started = ended
         return payload
-
-    def _count(self, counter: Meter, call: StepCall, payload: Any, seconds: float) -> None:
-        """Count a step's items and `seconds`; `READ_MAPS` under the steps it stands for,
-        its time shared among them as `_step_read_maps` measured (`_split`)."""
-        if call[0] is not Step.READ_MAPS:
-            counter.count(call, _size(call[0], payload), seconds)
-            return
-        for key, items, share in self._split:
-            counter.count(key, items, seconds * share)
 
     async def arun_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Await one asynchronous segment on `payload` (called on the loop; wall time counted)."""
@@ -189,7 +189,11 @@ class Program:
             started = time.perf_counter()
             payload = await _ASYNC_STEPS[call[0]](self, call[1], payload)
             if counter is not None:
-                counter.count(call, _size(call[0], payload), time.perf_counter() - started)
+                counter.count(
+                    call,
+                    len(payload.keys) if call[0] is Step.KEYS else len(payload.items),
+                    time.perf_counter() - started,
+                )
         return payload
 
     def stage_names(self) -> list[tuple[StepCall, str]]:
@@ -397,11 +401,6 @@ def _split(
     if read is not None:
         items[0], shares[0] = read[0], read_share
     return list(zip(keys, items, shares, strict=True))
-
-
-def _size(step: Step, payload: Any) -> int:
-    """How many items a step gave: keys for the sampler, elements (or batches) after."""
-    return len(payload.keys) if step is Step.KEYS else len(payload.items)
 
 
 def _choose_plan(operations: Operations) -> Plan:
