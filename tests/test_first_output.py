@@ -92,3 +92,39 @@ def test_every_output_comes_in_order_with_two_workers() -> None:
         )
         values = [int(v) for item in loader for v in ([item] if batch is None else item.tolist())]
         assert values == list(range(100))
+
+
+class SlowToCopy(aioloader.MapTransform):
+    """A transform whose copy for a worker waits until the test lets it go: the first
+    output must not wait for it (the consumer's thread makes it with the original)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.threads: list[str] = []
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SlowToCopy:
+        self.release.wait()
+        copy = SlowToCopy(self.release)
+        copy.threads = self.threads  # one list, to see which threads ran records
+        return copy
+
+    def map(self, x: int) -> int:
+        self.threads.append(threading.current_thread().name)
+        return x
+
+
+def test_the_first_output_does_not_wait_for_the_workers_copies() -> None:
+    release = threading.Event()
+    transform = SlowToCopy(release)
+    loader = aioloader.DataLoader(
+        data_source=aioloader.RangeDataSource(0, 400, 1),
+        sampler=aioloader.IndexSampler(400, num_epochs=1),
+        operations=[transform, aioloader.Batch(4)],
+        worker_count=2,
+    )
+    with iter(loader) as batches:
+        first = next(batches)  # no worker can have started: their copies are waiting
+        assert first.tolist() == [0, 1, 2, 3]
+        assert set(transform.threads) == {threading.current_thread().name}
+        release.set()
+        assert sum(len(batch) for batch in batches) == 396

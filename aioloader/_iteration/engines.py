@@ -36,7 +36,6 @@ from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.scheduler import Scheduler
-from aioloader._scheduling.work import SegmentRunner
 
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
@@ -128,7 +127,6 @@ class ThreadedEngine:
         )
         self._spec = spec
         self._tuner = self._make_tuner(spec, program, inline=loop is None)
-        self._own_program: Program | None = None  # the consumer's copy, made when it first runs a job
 
     def _make_tuner(self, spec: LoaderSpec, program: Program, inline: bool) -> Tuner | None:
         """The tuner of the worker count (see `_executors/tuning`), or None for a fixed count
@@ -164,7 +162,7 @@ class ThreadedEngine:
         if tuner is None:
             return self.scheduler.get()
         started = time.perf_counter()
-        found = self.scheduler.get(self._consumer_runner() if tuner.level == 0 else None)
+        found = self.scheduler.get(self.scheduler.program.run_segment)  # the consumer's own jobs
         if found is not None:
             tuner.delivered(found[1], time.perf_counter() - started)
         return found
@@ -178,12 +176,6 @@ class ThreadedEngine:
         if found is not None:
             tuner.delivered(found[1], time.perf_counter() - started)
         return found
-
-    def _consumer_runner(self) -> SegmentRunner:
-        """The consumer's own copy of the program, made in its thread (as a worker's is)."""
-        if self._own_program is None:
-            self._own_program = self.scheduler.program.for_worker()
-        return self._own_program.run_segment
 
     def release(self, weight: int) -> None:
         if weight:

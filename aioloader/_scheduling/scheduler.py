@@ -268,20 +268,27 @@ class Scheduler:
     def get(self, runner: SegmentRunner | None = None) -> tuple[Outputs, int] | None:
         """The next outputs and their weight (blocking), or None at the end.
 
-        Hand the weight back with `release` once the outputs are delivered. In
-        inline mode (`run_inline`), the caller runs the next job with `runner`
-        (its own copy of the program) rather than wait for a worker, as long as
-        the window has room for one and no worker still holds one (so that no
-        more threads than the workers ever run the user's code at once); a
-        close from another thread stops it between two records, and then this
-        answers the end.
+        Hand the weight back with `release` once the outputs are delivered.
+        With `runner`, the caller runs a job itself rather than wait for a
+        worker to take it: the first job, if no worker has taken it yet (a
+        worker starts by copying the operations, which can take tens of
+        milliseconds: the first output need not wait for it), and in inline
+        mode (`run_inline`) every job, as long as the window has room for one
+        and no worker still holds one (so that no more threads than the
+        workers ever run the user's code at once). A close from another
+        thread stops such a job between two records, and then this answers
+        the end.
         """
         while True:
             with self._lock:
                 if self._answerable_locked():
                     return self._answer_locked()
-                # Once no worker holds a job: never more threads in the user's code than workers.
-                work = self._new_work_locked() if self._inline and runner and not self._held else None
+                first = not self.records.issued and not self._held
+                work = (
+                    self._new_work_locked()
+                    if runner and (first or (self._inline and not self._held))
+                    else None
+                )
                 if work is None:
                     if not self._answerable_locked():  # asking for work may have found the end
                         self._consumer_waits = True
