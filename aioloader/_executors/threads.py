@@ -65,6 +65,12 @@ class WorkerThreads:
         with self._lock:
             self._retiring += 1
 
+    def ready(self) -> bool:
+        """True once every worker started has made its runner (its copy of the operations),
+        or ended: what they deliver from then on is their steady pace."""
+        with self._lock:
+            return all(started.is_set() for _, started in self._workers)
+
     def count(self) -> int:
         """The workers running and not asked to end."""
         with self._lock:

@@ -27,7 +27,7 @@ per second of wall time in phases of `PHASE_SECONDS`, the consumer's own work
 included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
-the level before). After the first phase it tries a neighbouring level for
+the level before), once every worker has made its copy of the operations. After the first phase it tries a neighbouring level for
 one phase (`_neighbours`: from workers, one more, one fewer, the consumer's
 thread; from the consumer's thread, the workers it left and one more, since
 one worker may lose to it where two win) and keeps it if it delivered at
@@ -125,8 +125,9 @@ class Tuner:
         now = self._clock()
         if self._settling:
             # The jobs issued before the last change ran at the level before: the phase
-            # starts with the first output of a job issued since.
-            self._settling = self._scheduler.progress()[1] <= self._changed_at
+            # starts with the first output of a job issued since, once every worker has made
+            # its copy of the operations (a large vocabulary takes tens of milliseconds).
+            self._settling = self._scheduler.progress()[1] <= self._changed_at or not self._workers.ready()
             if not self._settling:
                 self._begin(now)
             return

@@ -43,6 +43,9 @@ class FakeWorkers:
     def retire(self) -> None:
         self.running -= 1
 
+    def ready(self) -> bool:
+        return True
+
 
 class Run:
     """A tuner over fakes, fed outputs as a loader at a given speed per level would feed it."""
