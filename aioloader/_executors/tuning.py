@@ -27,8 +27,8 @@ per second of wall time in phases of `PHASE_SECONDS`, the consumer's own work
 included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
-the level before), once every worker has made its copy of the operations. After the first phase it tries a neighbouring level for
-one phase (`_neighbours`: from workers, one more, one fewer, the consumer's
+the level before), once every worker has made its copy of the operations.
+After the first phase it tries a neighbouring level for one phase (`_neighbours`: from workers, one more, one fewer, the consumer's
 thread; from the consumer's thread, the workers it left and one more, since
 one worker may lose to it where two win) and keeps it if it delivered at
 least `MARGIN` times faster than the better of the last two phases before;
