@@ -28,9 +28,10 @@ included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
 the level before), once every worker has made its copy of the operations.
-After the first phase it tries a neighbouring level for one phase (`_neighbours`: from workers, one more, one fewer, the consumer's
-thread; from the consumer's thread, the workers it left and one more, since
-one worker may lose to it where two win) and keeps it if it delivered at
+After the first phase it tries a neighbouring level for one phase
+(`_neighbours`: from workers, one more, one fewer, the consumer's thread;
+from the consumer's thread, the workers it left and one more, since one
+worker may lose to it where two win) and keeps it if it delivered at
 least `MARGIN` times faster than the better of the last two phases before;
 after such a win, the next level the same way is tried at once (climbing is
 quick). A level whose trial lost waits twice as many phases as last time
