@@ -35,21 +35,23 @@ class Noise(aioloader.RandomMapTransform):
         return x + rng.integers(100)
 
 
-def loader(workers: int | str, **kwargs: Any) -> aioloader.DataLoader:
+def loader(workers: int | str, first: Any = None, batch_size: int = 6, **kwargs: Any) -> aioloader.DataLoader:
+    """`first` (default `Sleepy()`), then the same random, filter and batch operations."""
     return aioloader.DataLoader(
         data_source=aioloader.RangeDataSource(0, N, 1),
         sampler=aioloader.IndexSampler(N, shuffle=True, num_epochs=1, seed=5),
-        operations=[Sleepy(), Noise(), Odd(), aioloader.Batch(6)],
+        operations=[first or Sleepy(), Noise(), Odd(), aioloader.Batch(batch_size)],
         worker_count=workers,
         **kwargs,
     )
 
 
 class InPairs(aioloader.MapTransform):
-    """Records go fast two at a time: a record waits up to 10 ms for another thread to be in
-    here too. One thread alone takes 10 ms a record, two take next to nothing: a second worker
+    """Records go fast two at a time: a record waits up to 50 ms for another thread to be in
+    here too. One thread alone takes 50 ms a record, two take next to nothing: a second worker
     is many times faster, whatever else the machine is doing (the tuner measures, so a
-    small gain on a loaded machine could be lost in its noise)."""
+    small gain on a loaded machine could be lost in its noise; and on a loaded machine a
+    thread may wait 10 ms and more for a core, which a shorter wait would count as alone)."""
 
     def __init__(self) -> None:
         self.gate = threading.Barrier(2)
@@ -59,7 +61,7 @@ class InPairs(aioloader.MapTransform):
 
     def map(self, x: int) -> int:
         try:
-            self.gate.wait(timeout=0.01)
+            self.gate.wait(timeout=0.05)
         except threading.BrokenBarrierError:
             self.gate.reset()
         return x * 3
@@ -67,23 +69,18 @@ class InPairs(aioloader.MapTransform):
 
 @repeated
 def test_auto_gives_the_batches_of_worker_count_0_and_adds_workers(repeat: int) -> None:
-    expected = [batch.tolist() for batch in loader(0)]
-    paired = aioloader.DataLoader(
-        data_source=aioloader.RangeDataSource(0, N, 1),
-        sampler=aioloader.IndexSampler(N, shuffle=True, num_epochs=1, seed=5),
-        operations=[InPairs(), Noise(), Odd(), aioloader.Batch(6)],
-        worker_count="auto",
-    )
-    iterator = iter(paired)
+    # Batches of 2 (about 4 records, 0.2 s at one worker): the first phase ends within a second.
+    expected = [batch.tolist() for batch in loader(0, batch_size=2)]
     counts: list[int] = []
     found = []
-    for batch in iterator:
-        found.append(batch.tolist())
-        counts.append(iterator.statistics().worker_count)
+    with iter(loader("auto", InPairs(), batch_size=2)) as iterator:
+        for batch in iterator:
+            found.append(batch.tolist())
+            counts.append(iterator.statistics().worker_count)
     assert found == expected
     assert all(0 <= count <= default_maximum() for count in counts)  # 0: the consumer's thread
     if default_maximum() > 1:
-        # At one worker 6 s, at two a fraction of that: a trial of two comes in the first 0.1 s.
+        # At one worker 30 s, at two a fraction of that: a trial of two comes in the first second.
         assert max(counts) > 1, counts
 
 
