@@ -48,9 +48,12 @@ LEVELS = [(case, workers) for case in CASES for workers in (1, 2, "auto")]
 LEVELS = [(case, w) for case, w in LEVELS if w != "auto" or not case.name.startswith("out-of-order")]
 
 
+@repeated  # changing often, "auto" once retired its last worker (`test_worker_threads`)
 @pytest.mark.usefixtures("restless")
 @pytest.mark.parametrize(("case", "workers"), LEVELS, ids=[f"{c.name}-{w}" for c, w in LEVELS])
-def test_changing_level_at_every_other_output_changes_no_output(case: Case, workers: int | str) -> None:
+def test_changing_level_at_every_other_output_changes_no_output(
+    case: Case, workers: int | str, repeat: int
+) -> None:
     small = aioloader.ReadOptions(num_threads=2, prefetch_buffer_size=6)  # chunks of a few records
     outputs = list(case.loader(workers, read_options=small))  # type: ignore[arg-type]
     assert_same_outputs(outputs, expected(case))

@@ -46,7 +46,12 @@ class WorkerThreads:
         self._lock = threading.Lock()  # the worker list and the retirements; never on the hot path
         # Each worker with its own event, set once its runner is made or it has ended.
         self._workers: list[tuple[threading.Thread, threading.Event]] = []
-        self._retiring = 0
+        self._retiring = 0  # retirements asked for and not yet taken by a worker
+        # Workers started and not leaving: neither asked to end (a retirement
+        # counts at once) nor ended. Not "alive minus retiring": a worker that has
+        # taken its retirement is alive a moment longer, and counted twice then,
+        # `retire` could end the last one.
+        self._active = 0
         for _ in range(count):
             self.add()
 
@@ -58,12 +63,20 @@ class WorkerThreads:
                 target=self._work, args=(started,), name=f"{self._name}-{len(self._workers)}", daemon=True
             )
             self._workers.append((thread, started))
-        thread.start()
+            self._active += 1
+        try:
+            thread.start()
+        except BaseException:  # "can't start new thread": it never was a worker
+            with self._lock:
+                self._workers.remove((thread, started))
+                self._active -= 1
+            raise
 
     def retire(self) -> None:
         """Ask one worker to end once the work it holds is handed back."""
         with self._lock:
             self._retiring += 1
+            self._active -= 1
 
     def ready(self) -> bool:
         """True once every worker started has made its runner (its copy of the operations),
@@ -74,7 +87,7 @@ class WorkerThreads:
     def count(self) -> int:
         """The workers running and not asked to end."""
         with self._lock:
-            return sum(thread.is_alive() for thread, _ in self._workers) - self._retiring
+            return self._active
 
     def _retired(self) -> bool:
         if not self._retiring:  # a plain read: the common answer costs no lock
@@ -86,12 +99,20 @@ class WorkerThreads:
             return True
 
     def _work(self, started: threading.Event) -> None:
+        retired = False
         try:
-            self._work_with_a_runner(started)
+            retired = self._work_with_a_runner(started)
         finally:
+            if not retired:  # closed, or broken: it leaves the count now
+                with self._lock:
+                    if self._retiring:  # it was asked to end: `retire` counted it out
+                        self._retiring -= 1
+                    else:
+                        self._active -= 1
             started.set()
 
-    def _work_with_a_runner(self, started: threading.Event) -> None:
+    def _work_with_a_runner(self, started: threading.Event) -> bool:
+        """Work until the scheduler closes (False) or this worker takes a retirement (True)."""
         scheduler = self._scheduler
         meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
@@ -105,11 +126,12 @@ class WorkerThreads:
                     # must not keep a chunk of records alive.
                     del work
                     if self._retired():
-                        return
+                        return True
         except Stopped:
             pass  # closed in the middle of a segment: its work is abandoned
         except BaseException as error:
             scheduler.fail(error)
+        return False
 
     def alive(self) -> bool:
         """True while some worker is still running."""

@@ -98,3 +98,45 @@ def test_a_retired_worker_ends_after_its_work_and_the_others_finish() -> None:
     assert drain(scheduler) == list(range(1000))
     scheduler.close()
     assert workers.join()
+
+
+def test_a_worker_ending_on_its_retirement_is_not_counted_twice(monkeypatch: Any) -> None:
+    """Between taking its retirement and ending, a worker is alive: counted as working then,
+    the tuner retired the last worker (2 -> 1 -> 0, the consumer's thread, -> 1 took one more
+    away) and the loader waited for good for a worker that no longer was."""
+    taken, leave = threading.Event(), threading.Event()
+    retired = WorkerThreads._retired
+
+    def retired_slowly(self: WorkerThreads) -> bool:
+        if not retired(self):
+            return False
+        taken.set()
+        leave.wait(30)  # alive, retirement taken
+        return True
+
+    monkeypatch.setattr(WorkerThreads, "_retired", retired_slowly)
+    scheduler = scheduler_of(1000)
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 2, "test-worker")
+    workers.retire()
+    assert workers.count() == 1
+    items: list[Any] = []
+    while not taken.is_set() and (found := scheduler.get()) is not None:
+        items += found[0].items
+        scheduler.release(found[1])
+    assert taken.is_set()
+    assert workers.count() == 1  # the other one, still working
+    leave.set()
+    assert items + drain(scheduler) == list(range(1000))
+    scheduler.close()
+    assert workers.join()
+    assert workers.count() == 0
+
+
+def test_a_worker_asked_to_end_that_ends_on_close_is_counted_out_once() -> None:
+    scheduler = scheduler_of(1000)
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 3, "test-worker")
+    workers.retire()
+    workers.retire()
+    scheduler.close()  # before any worker took its retirement, maybe
+    assert workers.join()
+    assert workers.count() == 0
