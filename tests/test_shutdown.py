@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -90,20 +91,37 @@ class Gate:
         return key
 
 
-def stack(thread: threading.Thread) -> list[str]:
-    """The names of the functions `thread` is in, outermost first."""
-    frame, names = sys._current_frames().get(thread.ident or -1), []
-    while frame is not None:
-        names.append(frame.f_code.co_name)
-        frame = frame.f_back
-    return names[::-1]
+class StackThread(threading.Thread):
+    """A thread that keeps the names of the Python functions it is in, outermost first.
+
+    The thread keeps them itself, with a profile hook, so that a test reads them without
+    walking the frames of a running thread from another: on free-threaded 3.13 that walk
+    races with the thread popping its frames (it crashed a CI run, later, in a `repr`).
+    """
+
+    def __init__(self, target: Callable[[], object], name: str) -> None:
+        super().__init__(target=target, name=name)
+        self.stack: list[str] = []
+
+    def run(self) -> None:
+        sys.setprofile(self._profile)
+        try:
+            super().run()
+        finally:
+            sys.setprofile(None)
+
+    def _profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            self.stack.append(frame.f_code.co_name)
+        elif event == "return" and self.stack:  # not from a frame entered before the hook
+            self.stack.pop()
 
 
-def blocked(thread: threading.Thread, inside: str) -> bool:
+def blocked(thread: StackThread, inside: str) -> bool:
     """Whether `thread` waits (on a lock, an event or a join) inside a call of `inside`, past
     any thread start: read from its stack, so no sleep decides what happened first."""
-    names = stack(thread)
-    return inside in names and "start" not in names and names[-1] in {"wait", "_wait_for_tstate_lock"}
+    names = list(thread.stack)
+    return inside in names and "start" not in names and names[-1:] in (["wait"], ["_wait_for_tstate_lock"])
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -113,11 +131,11 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.001)
 
 
-def wait_until_blocked(thread: threading.Thread, inside: str) -> None:
+def wait_until_blocked(thread: StackThread, inside: str) -> None:
     wait_until(lambda: blocked(thread, inside), f"{thread.name} never blocked inside {inside}()")
 
 
-def closer_done_or_joining(closer: threading.Thread) -> None:
+def closer_done_or_joining(closer: StackThread) -> None:
     """Until `closer` has returned, or waits to join a thread (one stuck in a read)."""
     wait_until(lambda: not closer.is_alive() or blocked(closer, "join"), "close() blocked elsewhere")
 
@@ -135,8 +153,8 @@ def test_close_while_the_first_chunk_is_in_flight(repeat: int) -> None:
         data_source=gate, sampler=IndexSampler(1000, num_epochs=1), operations=[Batch(4)], worker_count=2
     )
     iterator = iter(loader)
-    consumer = threading.Thread(target=lambda: next(iterator, None), name="consumer")
-    closer = threading.Thread(target=iterator.close, name="closer")
+    consumer = StackThread(target=lambda: next(iterator, None), name="consumer")
+    closer = StackThread(target=iterator.close, name="closer")
     try:
         consumer.start()
         assert gate.entered.wait(30), "the first read never started"
@@ -175,7 +193,7 @@ class Closer:
 
     def __init__(self, iterator: Any) -> None:
         self.iterator, self.returned, self.late = iterator, threading.Event(), list[Any]()
-        self.thread = threading.Thread(target=self._close, name="closer")
+        self.thread = StackThread(target=self._close, name="closer")
 
     def _close(self) -> None:
         self.iterator.close()
@@ -184,7 +202,11 @@ class Closer:
 
     def begin(self) -> None:
         self.thread.start()
-        wait_until(lambda: self.returned.is_set() or stack(self.thread)[-1] == "take", "close() never began")
+        wait_until(self._began, "close() never began")
+
+    def _began(self) -> bool:
+        """close() has returned, or waits in `EngineHolder.take` for its lock."""
+        return self.returned.is_set() or self.thread.stack[-1:] == ["take"]
 
     def after(self, what: Any) -> None:
         if self.returned.is_set():
