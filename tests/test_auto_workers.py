@@ -12,7 +12,7 @@ import pytest
 
 import aioloader
 from aioloader._executors.autoscale import default_maximum
-from tests.conftest import repeated
+from tests.conftest import aioloader_threads, repeated
 
 N = 600
 
@@ -48,7 +48,7 @@ def loader(workers: int | str, first: Any = None, batch_size: int = 6, **kwargs:
 
 class InPairs(aioloader.MapTransform):
     """Records go fast two at a time: a record waits up to 50 ms for another thread to be in
-    here too. One thread alone takes 50 ms a record, two take next to nothing: a second worker
+    here too. One thread alone takes 50 ms a record, two take 2 ms: a second worker
     is many times faster, whatever else the machine is doing (the tuner measures, so a
     small gain on a loaded machine could be lost in its noise; and on a loaded machine a
     thread may wait 10 ms and more for a core, which a shorter wait would count as alone)."""
@@ -64,6 +64,7 @@ class InPairs(aioloader.MapTransform):
             self.gate.wait(timeout=0.05)
         except threading.BrokenBarrierError:
             self.gate.reset()
+        time.sleep(0.002)  # two workers then take a few phases to finish, not one trial's
         return x * 3
 
 
@@ -82,6 +83,14 @@ def test_auto_gives_the_batches_of_worker_count_0_and_adds_workers(repeat: int) 
     if default_maximum() > 1:
         # At one worker 30 s, at two a fraction of that: a trial of two comes in the first second.
         assert max(counts) > 1, counts
+
+
+def test_auto_with_for_starts_on_the_consumers_thread() -> None:
+    """No worker thread before the first batch: with `for`, "auto" starts at level 0."""
+    with iter(loader("auto", Noise())) as iterator:
+        next(iterator)
+        assert iterator.statistics().worker_count == 0
+        assert [t.name for t in aioloader_threads() if "worker" in t.name] == []
 
 
 @pytest.mark.asyncio

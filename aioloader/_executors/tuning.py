@@ -28,16 +28,19 @@ included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
 the level before), once every worker has made its copy of the operations.
-After the first phase it tries a neighbouring level for one phase
+The first phase only warms up (the outputs the workers made while the
+consumer started come at once: they would make one worker look as fast as
+two). After the next one, the tuner tries a neighbouring level for one phase
 (`_neighbours`: from workers, one more, one fewer, the consumer's thread;
 from the consumer's thread, the workers it left and one more, since one
-worker may lose to it where two win) and keeps it if it delivered at
-least `MARGIN` times faster than the better of the last two phases before;
-after such a win, the next level the same way is tried at once (climbing is
-quick). A level whose trial lost waits twice as many phases as last time
-before it is tried again (`FIRST_HOLD`, then up to `MAX_HOLD`: a few
-seconds), so a run that has settled pays little for checking again. There
-is no trial:
+worker may lose to it where two win; of these, the one measured longest
+ago) and keeps it if it delivered at least `MARGIN` times faster than the
+better of the last two phases before; after such a win, the next trial
+comes at once (climbing is quick). A trial that lost doubles the phases
+before the next one, whichever level that tries (`FIRST_HOLD`, then up to
+`MAX_HOLD`: a few seconds): one schedule for all the neighbours, so that a
+run that has settled pays for one trial at a time, and less and less often.
+There is no trial:
 
 * of more workers, while the consumer waits for less than `WAITING` of a
   phase (the loader keeps up), nor above the memory bound of "auto";
@@ -65,8 +68,8 @@ from aioloader._scheduling.scheduler import Scheduler
 
 PHASE_SECONDS = 0.025  # one measurement ...
 MIN_OUTPUTS = 4  # ... of at least this many outputs
-FIRST_HOLD = 4  # phases before a level whose trial lost, or a new level's neighbour, is tried
-MAX_HOLD = 128  # the most phases a level waits
+FIRST_HOLD = 8  # phases before the first trial from a new level; each trial that lost doubles it
+MAX_HOLD = 128  # the most phases between two trials
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
@@ -103,13 +106,19 @@ class Tuner:
             meters,
             read_keys,
         )
-        self.level = max(level for level in self._levels if level <= max(1, workers.count()))
-        self._threads = self.level  # the workers of the last level that had some
+        self.level = max((level for level in self._levels if level <= workers.count()), default=levels[0])
+        self._threads = max(1, self.level)  # the workers of the last level that had some
+        if self.level == 0:
+            scheduler.run_inline(True)
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
-        # Phases until each level may be tried (the first trial comes after one phase: runs
-        # may be short), and how long the last lost trial of a level made it wait.
-        self._waits = dict.fromkeys(self._levels, 1)
-        self._backoffs: dict[int, int] = {}
+        self._trial_phases = 0  # the phases a trial runs: 2 where it starts workers (see `_judge`)
+        # The phases measured, the last one measured at each level (-1: none yet), the
+        # phases until the next trial (the first after one past the warm-up: runs may be short) and the
+        # hold the last trial that lost set.
+        self._phases = 0
+        self._measured = dict.fromkeys(self._levels, -1)
+        self._hold, self._backoff = 1, FIRST_HOLD
+        self._onward: int | None = None  # the next level the same way, after a trial won
         self._settling = True  # outputs start a phase once jobs issued since `_changed_at` come
         self._changed_at = 0
         self._start = self._waited = self._work = self._busy = self._reading = 0.0
@@ -148,57 +157,76 @@ class Tuner:
 
     def _end_phase(self, span: float) -> None:
         rate = self._weight / span
+        self._phases += 1
+        self._measured[self.level] = self._phases
+        if self._phases == 1:
+            # Warming up: the outputs the workers made while the consumer started come
+            # at once, and one worker measured as fast as two (3.13t, the cpu benchmark).
+            return
         self._rates = [*self._rates[-1:], rate]  # this level's last two (a trial compares with both)
         if self._trial is not None:
-            self._judge(rate)
+            self._judge(max(self._rates))
         elif self._over_memory():
             self._shrink()
         elif self._reads_limit(span):
             assert self._reads is not None
             self._reads.grow()
         else:
-            for level in self._waits:
-                self._waits[level] -= 1
-            self._try_another(span)
+            self._hold -= 1
+            if self._hold <= 0:
+                self._try_another(span)
 
     def _judge(self, rate: float) -> None:
-        """End a trial: keep its level if it delivered `MARGIN` times faster, else go back and
-        wait twice as long as last time before trying that level again."""
+        """End a trial: keep its level if it delivered `MARGIN` times faster (and try the next
+        at once), else go back and wait twice as long as last time before the next trial.
+
+        A trial that started workers, unless it wins at once, runs a second phase and is
+        judged by the faster, as the level it left is: a new thread may start late (on
+        3.13t, tens of milliseconds on a busy machine), and one phase without it lost a
+        trial that won by 1.8 times later."""
         assert self._trial is not None
         before, before_rate = self._trial
+        won = rate >= before_rate * MARGIN
+        if not won and len(self._rates) < self._trial_phases:
+            return  # one more phase
         self._trial = None
-        if rate >= before_rate * MARGIN:
-            self._backoffs.clear()  # a new level: its neighbours may be tried soon,
-            self._waits = dict.fromkeys(self._levels, FIRST_HOLD)
+        if won:
             onward = self.level + (1 if self.level > before else -1)
-            if self.level and onward in self._waits:
-                self._waits[onward] = 1  # and the next one the same way at once: climbing is quick
+            self._onward = onward if self.level and onward in self._measured else None
+            self._hold = 1 if self._onward is not None else FIRST_HOLD
+            self._backoff = FIRST_HOLD
             return
-        tried = self.level
-        self._backoffs[tried] = min(MAX_HOLD, 2 * self._backoffs.get(tried, FIRST_HOLD))
-        self._waits[tried] = self._backoffs[tried]
+        self._backoff = min(MAX_HOLD, 2 * self._backoff)
+        self._hold = self._backoff
         self._set(before)
 
     def _try_another(self, span: float) -> None:
-        """Try the first neighbouring level whose wait is over (see `_neighbours`)."""
-        ready = [level for level in self._neighbours(span) if self._waits[level] <= 0]
-        if ready:
+        """Try the next level the same way after a win, else the neighbouring level measured
+        longest ago (see `_neighbours`), if any."""
+        neighbours = self._neighbours(span)
+        onward, self._onward = self._onward, None
+        if onward is not None and onward not in neighbours:
+            self._hold = FIRST_HOLD  # no way on: the neighbours wait, as after any win
+        elif neighbours:
             self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
-            self._set(ready[0])
+            level = onward if onward is not None else min(neighbours, key=self._measured.__getitem__)
+            self._trial_phases = 2 if level > self.level else 1
+            self._set(level)
 
     def _neighbours(self, span: float) -> list[int]:
-        """The levels next to this one, in the order they are tried.
+        """The levels next to this one that a trial may try (the one measured longest ago,
+        the first of those never measured).
 
-        From the consumer's thread: the workers it left, and one more (one worker
-        may lose to the consumer's thread where two win: neither is then left out).
+        From the consumer's thread: the workers it left (one, at the start), and one
+        more while the consumer waits (one worker may lose to the consumer's thread
+        where two win: neither is then left out; never measured, it goes first).
         From workers: one more while the consumer waits, within the memory bound
         (the loader is behind: more threads are what helps most often), then one
         fewer, then the consumer's thread where the threads may lose."""
         more = self._waited >= WAITING * span and not self._over_memory()
         if self.level == 0:
-            return [
-                level for level in (self._threads, self._threads + 1)[: 1 + more] if level in self._levels
-            ]
+            ahead = [self._threads + 1] if more else []
+            return [level for level in [*ahead, self._threads] if level in self._levels]
         above = [level for level in (self.level + 1,) if more and level in self._levels]
         below = [level for level in (self.level - 1,) if level > 0 and level in self._levels]
         below += [0] if self._levels[0] == 0 and self._threads_may_lose(span) else []
@@ -225,7 +253,7 @@ class Tuner:
             self._reads.shrink()
 
     def _reads_limit(self, span: float) -> bool:
-        """True when reads through the read pool took most of the workers' time while the
+        """True when reads through the read pool took most of the time of the threads running chunks while the
         consumer waited, and the read threads may grow ("auto" only)."""
         if self._reads is None or not self._reads.waiting():
             return False
@@ -235,10 +263,11 @@ class Tuner:
         return reading - self._reading > READS_SHARE * max(busy - self._busy, 1e-9)
 
     def _worker_times(self) -> tuple[float, float]:
-        """The workers' seconds so far: busy in steps, and busy reading ("auto" only)."""
+        """The seconds so far of the threads that run chunks (the workers, and the consumer's
+        at level 0): busy in steps, and busy reading ("auto" only)."""
         busy = reading = 0.0
         for meter in self._meters.all() if self._meters is not None else ():
-            if meter.role == "steps":
+            if meter.role in ("steps", "pipeline"):
                 for key, (_, seconds, _) in meter.copy_steps().items():
                     busy += seconds
                     reading += seconds if key in self._read_keys else 0.0

@@ -121,22 +121,21 @@ class ThreadedEngine:
             self._segments = AsyncSegments(self.scheduler, loop)
             self.scheduler.use_async_runner(self._segments)
         runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
+        # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
+        # the event loop, where user code must not run), and where the consumer's thread can
+        # run every step of a job (threads, no async segments). "auto" starts there: no
+        # thread before the first batch, and most work runs as fast on one worker as there.
+        inline = loop is None and spec.executor == "thread" and self._segments is None
         auto = spec.auto_memory_limit is not None
-        self._workers = WorkerThreads(
-            self.scheduler, runner, 1 if auto else spec.worker_count, "aioloader-worker"
-        )
+        first = (0 if inline else 1) if auto else spec.worker_count
+        self._workers = WorkerThreads(self.scheduler, runner, first, "aioloader-worker")
         self._spec = spec
-        self._tuner = self._make_tuner(spec, program, inline=loop is None)
+        self._tuner = self._make_tuner(spec, program, inline)
 
     def _make_tuner(self, spec: LoaderSpec, program: Program, inline: bool) -> Tuner | None:
         """The tuner of the worker count (see `_executors/tuning`), or None for a fixed count
-        that has nothing to choose from.
-
-        Level 0, the consumer's thread, is for `for` only (the consumer of `async
-        for` is the event loop, where user code must not run), and where the
-        consumer's thread can run every step of a job (threads, no async segments).
-        "auto" tunes the read threads too unless `ReadOptions` was given."""
-        inline = inline and spec.executor == "thread" and self._segments is None
+        that has nothing to choose from (no level 0: `inline` is False). "auto" tunes the
+        read threads too unless `ReadOptions` was given."""
         if spec.auto_memory_limit is None:
             return Tuner(self.scheduler, self._workers, [0, spec.worker_count]) if inline else None
         reads = None

@@ -80,7 +80,7 @@ def phases(count: int, speed: float) -> int:
 
 def test_a_consumer_thread_twice_as_fast_takes_over_and_statistics_show_it_once_chosen() -> None:
     run = Run([0, 2], 2, {2: 1100, 0: 2300})
-    run.outputs(phases(1, 1100))  # one phase of the workers: then the consumer's thread is tried
+    run.outputs(phases(2, 1100))  # a phase to warm up, one of the workers: then the consumer's thread
     assert run.tuner.level == 0
     assert run.tuner.chosen == 2
     assert run.scheduler.inline == [True]
@@ -120,7 +120,7 @@ def test_no_trial_of_the_consumer_thread_while_the_threads_clearly_pay_off() -> 
 
 def test_outputs_of_jobs_issued_before_a_change_are_not_measured() -> None:
     run = Run([0, 2], 2, {2: 1100, 0: 1100})
-    run.outputs(phases(1, 1100) - 1)
+    run.outputs(phases(2, 1100) - 1)  # past the warm-up
     run.scheduler.issued += 50  # jobs the workers hold when the level changes
     run.outputs(1)  # the phase ends: the trial starts, with the consumer's thread
     assert run.tuner.level == 0
@@ -133,6 +133,22 @@ def test_outputs_of_jobs_issued_before_a_change_are_not_measured() -> None:
     assert run.tuner.chosen == 2
     run.outputs(phases(1, 1100))
     assert run.tuner.chosen == 2  # as fast as the workers, not 10% faster: back to them
+
+
+def test_the_outputs_ready_when_the_consumer_starts_are_not_measured() -> None:
+    """A window's worth of outputs made while the consumer started comes at once: counted,
+    one worker would look as fast as two, and the trial of two would lose. The first phase
+    only warms up."""
+    run = Run([0, 1, 2], 1, {0: 510, 1: 1010, 2: 1930}, memory_limit=1 << 62)
+    run.scheduler.issued += 50  # issued, and made, before the first next()
+    for _ in range(50):
+        run.now += 1e-5
+        run.scheduler.taken += 1
+        run.tuner.delivered(1, 1e-5)
+    run.outputs(phases(2, 1010))
+    assert 2 in run.levels  # tried after a phase of one worker measured at its pace
+    run.outputs(phases(2, 1930))
+    assert run.tuner.chosen == 2
 
 
 def test_auto_climbs_while_each_worker_more_is_faster_and_stops_where_it_is_not() -> None:
@@ -149,3 +165,41 @@ def test_auto_adds_no_worker_above_its_memory_bound() -> None:
     run.outputs(5_000)
     assert max(run.levels) == 1
     assert run.workers.running == 1
+
+
+def test_auto_starts_on_the_consumers_thread_and_tries_two_workers_first() -> None:
+    """With no worker running, the consumer's thread runs the chunks from the start; the first
+    trial is of two workers (one often runs no faster than the consumer's thread alone)."""
+    run = Run([0, 1, 2, 3], 0, {0: 1000, 1: 1010, 2: 1930, 3: 2030}, memory_limit=1 << 62)
+    assert run.tuner.level == 0
+    assert run.scheduler.inline == [True]
+    run.outputs(phases(2, 1000))  # a phase to warm up, one measured: then the trial
+    assert run.tuner.level == 2
+    assert run.workers.running == 2
+    run.outputs(phases(1, 1930))
+    assert run.tuner.chosen == 2  # won in its first phase: kept at once
+
+
+def test_a_trial_of_more_workers_slow_in_its_first_phase_gets_a_second() -> None:
+    """A new worker may start late: a trial that started workers and lost its first phase
+    runs one more, and is judged by the faster of the two."""
+    run = Run([0, 1, 2], 1, {0: 500, 1: 1000, 2: 1000}, memory_limit=1 << 62)
+    run.outputs(phases(2, 1000))
+    assert run.tuner.level == 2
+    run.outputs(phases(1, 1000))  # as slow as one worker: the second one is not working yet
+    assert (run.tuner.level, run.tuner.chosen) == (2, 1)
+    run.speed[2] = 1930
+    run.outputs(phases(1, 1930))
+    assert run.tuner.chosen == 2
+
+
+def test_one_schedule_for_all_neighbours_and_the_one_measured_longest_ago_goes_first() -> None:
+    run = Run([0, 1, 2], 2, {0: 900, 1: 1000, 2: 2000}, memory_limit=1 << 62)
+    tried = []
+    for _ in range(phases(120, 2000)):
+        before = run.tuner.level
+        run.outputs(1)
+        if run.tuner.level not in (before, 2):  # a trial began
+            tried.append(run.tuner.level)
+    assert tried[:3] == [1, 0, 1]
+    assert run.tuner.chosen == 2
