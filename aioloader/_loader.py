@@ -53,19 +53,19 @@ class DataLoader:
     the caller's thread. `device_put=DevicePut(...)` puts each output on the
     accelerator ahead of the consumer.
 
-    `worker_count="auto"` measures while the loader runs and adds or retires
-    workers (up to the CPUs the process may use) or lets the consumer's thread run
-    the chunks, where it starts with `for` (with `async for`, one worker), without
-    changing the output. No worker is added while the process's resident memory is
-    above `memory_limit_bytes` (default: half of the machine's memory), and one is
-    retired then. The count in use is `iterator.statistics().worker_count`.
+    `worker_count="auto"` measures while the loader runs and adds or retires workers
+    (up to the CPUs the process may use) or lets the consumer's thread run the chunks,
+    where it starts with `for` (with `async for` or `start_prefetch()`, one worker),
+    without changing the output. No worker is added while the process's resident
+    memory is above `memory_limit_bytes` (default: half of the machine's memory), and
+    one is retired then. The count in use is `iterator.statistics().worker_count`.
     Without `read_options`, "auto" also tunes the read threads: from
-    `ReadOptions().num_threads` (16) they double, up to 256, while reads wait (a
-    slow source read through the read pool) and take most of the workers' time;
-    the records read ahead (`prefetch_buffer_size`'s window) grow with them, to
-    two per read thread; the count in use is `statistics().read_threads`, the
-    window's bound `statistics().buffer("records window").capacity`. Given
-    `read_options` are kept as they are.
+    `ReadOptions().num_threads` (16) they double, up to 256, while reads wait (a slow
+    source read through the read pool) and take most of the workers' time; the records
+    read ahead (`prefetch_buffer_size`'s window) grow with them, to two per read
+    thread; the count in use is `statistics().read_threads`, the window's bound
+    `statistics().buffer("records window").capacity`. Given `read_options` are kept as
+    they are.
 
     `sampler` is an `IndexSampler`, a `SequentialSampler`, or any object with
     `__getitem__(index) -> RecordMetadata` (Grain's `Sampler` protocol; it is

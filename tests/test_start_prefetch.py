@@ -62,7 +62,7 @@ class Thread(al.MapTransform):
         return (element, threading.current_thread().name)
 
 
-def loader(source: Any, workers: int = 0, batch: int = 4, **kwargs: Any) -> al.DataLoader:
+def loader(source: Any, workers: int | str = 0, batch: int = 4, **kwargs: Any) -> al.DataLoader:
     return al.DataLoader(
         data_source=source,
         sampler=al.IndexSampler(len(source), shuffle=True, seed=8, num_epochs=1),
@@ -73,8 +73,8 @@ def loader(source: Any, workers: int = 0, batch: int = 4, **kwargs: Any) -> al.D
 
 
 @repeated
-@pytest.mark.parametrize("workers", [1, 3])
-def test_workers_start_before_the_first_next(workers: int, repeat: int) -> None:
+@pytest.mark.parametrize("workers", [1, 3, "auto"])  # "auto" starts with a worker when asked to prefetch
+def test_workers_start_before_the_first_next(workers: int | str, repeat: int) -> None:
     source = Watched(40, wanted=4)
     with iter(loader(source, workers)) as iterator:
         iterator.start_prefetch()

@@ -105,7 +105,13 @@ class ThreadedEngine:
     has asynchronous segments; for `async for` it is the caller's loop.
     """
 
-    def __init__(self, spec: LoaderSpec, position: Position, loop: asyncio.AbstractEventLoop | None) -> None:
+    def __init__(
+        self,
+        spec: LoaderSpec,
+        position: Position,
+        loop: asyncio.AbstractEventLoop | None,
+        prefetch: bool = False,
+    ) -> None:
         threads = spec.read_options.num_threads
         self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
         program = spec.program(self._read_pool)
@@ -124,10 +130,11 @@ class ThreadedEngine:
         # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
         # the event loop, where user code must not run), and where the consumer's thread can
         # run every step of a job (threads, no async segments). "auto" starts there: no
-        # thread before the first batch, and most work runs as fast on one worker as there.
+        # thread before the first batch, and most work runs as fast on one worker as there;
+        # but with one worker when asked to prefetch, which the consumer's thread cannot.
         inline = loop is None and spec.executor == "thread" and self._segments is None
         auto = spec.auto_memory_limit is not None
-        first = (0 if inline else 1) if auto else spec.worker_count
+        first = (0 if inline and not prefetch else 1) if auto else spec.worker_count
         self._workers = WorkerThreads(self.scheduler, runner, first, "aioloader-worker")
         self._spec = spec
         self._tuner = self._make_tuner(spec, program, inline)
@@ -396,7 +403,7 @@ def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) ->
     """
     if spec.worker_count == 0:
         return InlineEngine(spec, position, prefetch)
-    return _threaded(spec, ThreadedEngine(spec, position, None))
+    return _threaded(spec, ThreadedEngine(spec, position, None, prefetch))
 
 
 def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
