@@ -22,13 +22,13 @@ aioloader/README.md has the full tree, the life of one chunk from sampler
 index to `next()`, a glossary, and which thread runs what under which lock.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from aioloader._common.lazy import lazy_names as _lazy_names
 from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
-from aioloader._loader import DataLoader
+from aioloader._loader import DataLoader, load
 from aioloader._observability.statistics import (
     BufferStatistics,
     LoaderStatistics,
@@ -40,6 +40,7 @@ from aioloader._operations.transforms import (
     FilterTransform,
     FlatMapTransform,
     MapTransform,
+    MapWithIndexTransform,
     RandomMapTransform,
 )
 from aioloader._sampling.metadata import RecordMetadata
@@ -80,6 +81,9 @@ _LAZY = {
     "log_statistics": "aioloader._observability.logs",
     "register_metrics": "aioloader._observability.prometheus",
 }
+# Grain's namespaces (`grain.transforms.Map`, `grain.samplers.IndexSampler`, ...), and the
+# orbax checkpoint handlers: imported when first named, never listed by `dir()`.
+_SUBMODULES = ("checkpoint", "experimental", "samplers", "sharding", "sources", "transforms")
 
 if _typing.TYPE_CHECKING:
     from aioloader._dataset.base import MapDataset
@@ -101,18 +105,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._sources.parquet import ParquetDataSource
     from aioloader._sources.sqlite import SQLiteDataSource
 else:  # hidden from type checkers, which see the imports above and reject unknown names
-
-    def __getattr__(name: str) -> object:
-        """A public name of `_LAZY`, imported the first time it is named."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module 'aioloader' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals(), _SUBMODULES)
 
 
 __all__ = [
@@ -141,6 +134,7 @@ __all__ = [
     "LoaderStatistics",
     "MapDataset",
     "MapTransform",
+    "MapWithIndexTransform",
     "MultiprocessingOptions",
     "NoSharding",
     "ParquetDataSource",
@@ -157,6 +151,7 @@ __all__ = [
     "StageStatistics",
     "ThreadStatistics",
     "WindowShuffleIterDataset",
+    "load",
     "log_statistics",
     "register_metrics",
 ]

@@ -18,11 +18,11 @@ from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.grain_state import GrainNames
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._operations.transforms import Kind, Operations, compile_operations
+from aioloader._operations.transforms import Batch, Kind, Operations, compile_operations
 from aioloader._program.program import Program
 from aioloader._program.read_pool import ReadPool
-from aioloader._sampling.sampler import SamplerBase
-from aioloader._sampling.sharding import ShardOptions, check_shard_options
+from aioloader._sampling.sampler import IndexSampler, SamplerBase
+from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
 
@@ -244,3 +244,38 @@ def _check_seed_for_random_ops(walk: Walk, operations: Operations) -> None:
                 f"`{op.name}` ({op.what}) needs each record's generator, but `sampler` has seed=None: "
                 f"give the sampler a seed, e.g. IndexSampler(..., seed=0)."
             )
+
+
+def load(
+    source: Any,
+    *,
+    num_epochs: int | None = None,
+    shuffle: bool = False,
+    seed: int | None = None,
+    shard_options: ShardOptions = NoSharding(),  # noqa: B008 - frozen, as Grain's default
+    transformations: Sequence[Any] = (),
+    batch_size: int | None = None,
+    drop_remainder: bool = False,
+    worker_count: int | str | None = 0,
+    read_options: ReadOptions | None = None,
+) -> DataLoader:
+    """Grain's `load`: a `DataLoader` over `source` for a simple pipeline.
+
+    An `IndexSampler` of `len(source)` records with `num_epochs`, `shuffle`, `seed`
+    and `shard_options`; `transformations`, then `Batch(batch_size, drop_remainder)`
+    if `batch_size` is given; `worker_count` and `read_options` as `DataLoader` takes
+    them. The same records in the same order as Grain's `load` with the same arguments.
+    """
+    sampler = IndexSampler(
+        len(source), shard_options=shard_options, shuffle=shuffle, num_epochs=num_epochs, seed=seed
+    )
+    operations = list(transformations)
+    if batch_size is not None:
+        operations.append(Batch(batch_size, drop_remainder=drop_remainder))
+    return DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=operations,
+        worker_count=worker_count,
+        read_options=read_options,
+    )

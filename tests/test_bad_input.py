@@ -212,7 +212,8 @@ def test_a_source_that_lies_only_about_some_keys_fails_where_it_lies() -> None:
     assert "returned" in str(error)
 
 
-# A filter must say yes or no: None (a forgotten `return`), ints, strings are refused.
+# A filter's answer counts by its truth value, as in Grain; None (a forgotten `return`)
+# would drop everything silently, and an answer with no truth value cannot be read.
 
 
 class Verdict(FilterTransform):
@@ -223,16 +224,38 @@ class Verdict(FilterTransform):
         return self.answer if element == 3 else True
 
 
-@pytest.mark.parametrize("answer", [None, 1, "yes", [True], np.array([True, False])], ids=repr)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_filter_that_does_not_return_a_bool_is_named(answer: Any, workers: int) -> None:
+def test_a_filter_that_returns_none_is_named(workers: int) -> None:
+    got, error = drain(
+        make(operations=[Verdict(None)], sampler=IndexSampler(10, num_epochs=1), worker_count=workers)
+    )
+    assert got == [0, 1, 2]
+    assert type(error) is TypeError
+    assert str(error).startswith("`operations[0]` (Verdict.filter) returned None, which is no answer")
+    assert "index=3, record_key=3" in notes(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_answer_without_a_truth_value_is_the_records_error(workers: int) -> None:
+    answer = np.array([True, False])
     got, error = drain(
         make(operations=[Verdict(answer)], sampler=IndexSampler(10, num_epochs=1), worker_count=workers)
     )
     assert got == [0, 1, 2]
-    assert type(error) is TypeError
-    assert str(error).startswith(f"`operations[0]` (Verdict.filter) must return a bool, got {answer!r}"[:60])
+    assert type(error) is ValueError
+    assert "truth value" in str(error)
     assert "index=3, record_key=3" in notes(error)
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [(1, True), (0, False), ("yes", True), ("", False), ([True], True), ([], False)],
+    ids=repr,
+)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_answer_counts_by_its_truth_value_as_in_grain(answer: Any, kept: bool, workers: int) -> None:
+    loader = make(operations=[Verdict(answer)], sampler=IndexSampler(10, num_epochs=1), worker_count=workers)
+    assert list(loader) == [0, 1, 2, *([3] if kept else []), 4, 5, 6, 7, 8, 9]
 
 
 @pytest.mark.parametrize("answer", [False, np.bool_(False), np.array(False)], ids=["bool", "np.bool_", "0-d"])

@@ -23,13 +23,18 @@ import builtins
 import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import numpy as np
 
 from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
-from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
+from aioloader._operations.transforms import (
+    FilterTransform,
+    MapTransform,
+    MapWithIndexTransform,
+    RandomMapTransform,
+)
 
 if TYPE_CHECKING:
     from aioloader._dataset.iter_base import IterDataset
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 U = TypeVar("U")
 T_co = TypeVar("T_co", covariant=True)
+P = ParamSpec("P")
 
 _ITERATION_CHUNK = 128  # elements read per `_getitems` call while iterating
 
@@ -193,6 +199,19 @@ class MapDataset(abc.ABC, Generic[T]):
 
         return RandomMapMapDataset(self, transform, seed)
 
+    @overload
+    def map_with_index(self, transform: MapWithIndexTransform) -> MapDataset[Any]: ...
+
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], U]) -> MapDataset[U]: ...
+
+    def map_with_index(self, transform: Any) -> MapDataset[Any]:
+        """`transform(i, x)` (a callable, or a MapWithIndexTransform's `map_with_index`) for
+        every element `x`, with its index `i` (past `len(ds)` in later epochs, as in Grain)."""
+        from aioloader._dataset.mapping import MapWithIndexMapDataset
+
+        return MapWithIndexMapDataset(self, transform)
+
     def filter(self, transform: Callable[[T], object] | FilterTransform) -> MapDataset[T]:
         """The elements for which `transform` is true; the others become `None` holes,
         which iteration skips (so `len` does not change)."""
@@ -222,6 +241,20 @@ class MapDataset(abc.ABC, Generic[T]):
         from aioloader._dataset.batching import BatchMapDataset
 
         return BatchMapDataset(self, batch_size, drop_remainder, batch_fn)
+
+    def apply(self, transformations: Any) -> MapDataset[Any]:
+        """This dataset with `transformations` applied in order: one transform object or a
+        sequence of them (aioloader's or Grain's: `Batch`, map, random map, map with index,
+        filter), each given to the method that takes it (`batch`, `map`, ...), as in Grain."""
+        from aioloader._dataset.transformations import apply_transformations
+
+        return apply_transformations(self, transformations)
+
+    def pipe(
+        self, func: Callable[Concatenate[MapDataset[T], P], U], /, *args: P.args, **kwargs: P.kwargs
+    ) -> U:
+        """`func(self, *args, **kwargs)`: a transformation that is not a method, in a chain."""
+        return func(self, *args, **kwargs)
 
     @functools.cached_property
     def _default_seed(self) -> int | None:

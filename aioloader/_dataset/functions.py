@@ -1,8 +1,6 @@
 """The user's transform, as the function a dataset calls: aioloader's and Grain's transform
-objects, or a plain callable, as Grain's `MapDataset.map` / `random_map` / `filter` take them.
-
-Grain's transform classes are recognised by their module and name, so Grain need not be
-installed (nor imported) for aioloader to accept them.
+objects (see `is_grain`), or a plain callable, as Grain's `MapDataset.map` / `random_map` /
+`map_with_index` / `filter` take them.
 """
 
 from __future__ import annotations
@@ -12,15 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
-
-_GRAIN_MODULE = "grain._src.core.transforms"
+from aioloader._operations.transforms import (
+    FilterTransform,
+    MapTransform,
+    MapWithIndexTransform,
+    RandomMapTransform,
+    is_grain,
+)
 
 # What each dataset method accepts: aioloader's base class, Grain's class name, the method.
 _KINDS: dict[str, tuple[type, str, str]] = {
     "map": (MapTransform, "Map", "map"),
     "random_map": (RandomMapTransform, "RandomMap", "random_map"),
     "filter": (FilterTransform, "Filter", "filter"),
+    "map_with_index": (MapWithIndexTransform, "MapWithIndex", "map_with_index"),
 }
 
 
@@ -30,7 +33,7 @@ def resolve(kind: str, transform: Any) -> tuple[Callable[..., Any], str]:
     A transform object gives its bound method; any other callable is called as it is.
     """
     base, grain_name, method = _KINDS[kind]
-    if isinstance(transform, base) or _is_grain(transform, grain_name):
+    if isinstance(transform, base) or is_grain(transform, grain_name):
         return getattr(transform, method), f"{type(transform).__name__}.{method}"
     if callable(transform):
         return transform, getattr(transform, "__qualname__", type(transform).__name__)
@@ -38,10 +41,6 @@ def resolve(kind: str, transform: Any) -> tuple[Callable[..., Any], str]:
         f"`transform` of `{kind}` must be a {base.__name__} (aioloader's or Grain's) or a callable, "
         f"got {transform!r}."
     )
-
-
-def _is_grain(transform: Any, name: str) -> bool:
-    return any(c.__module__ == _GRAIN_MODULE and c.__name__ == name for c in type(transform).__mro__)
 
 
 def add_note(error: BaseException, what: str, index: int) -> None:

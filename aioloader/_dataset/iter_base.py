@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import numpy as np
 
@@ -26,7 +26,12 @@ from aioloader._common.validation import require_int
 from aioloader._dataset.functions import derive_seed
 from aioloader._dataset.stages import ForeignStage, Plan, Settings
 from aioloader._device.device_put import DevicePut
-from aioloader._operations.transforms import FilterTransform, MapTransform, RandomMapTransform
+from aioloader._operations.transforms import (
+    FilterTransform,
+    MapTransform,
+    MapWithIndexTransform,
+    RandomMapTransform,
+)
 
 if TYPE_CHECKING:
     from aioloader._dataset.base import MapDataset
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 U = TypeVar("U")
+P = ParamSpec("P")
 
 
 class IterDataset(Generic[T]):
@@ -144,6 +150,19 @@ class IterDataset(Generic[T]):
 
         return RandomMapIterDataset(self, transform, seed)
 
+    @overload
+    def map_with_index(self, transform: MapWithIndexTransform) -> IterDataset[Any]: ...
+
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], U]) -> IterDataset[U]: ...
+
+    def map_with_index(self, transform: Any) -> IterDataset[Any]:
+        """`transform(i, x)` (a callable, or a MapWithIndexTransform's `map_with_index`) for
+        every element `x`, with its index `i` (see `iter_mapping` for which index)."""
+        from aioloader._dataset.iter_mapping import MapWithIndexIterDataset
+
+        return MapWithIndexIterDataset(self, transform)
+
     def filter(self, transform: Callable[[T], object] | FilterTransform) -> IterDataset[T]:
         """The elements for which `transform` is true, in order."""
         from aioloader._dataset.iter_mapping import FilterIterDataset
@@ -172,6 +191,20 @@ class IterDataset(Generic[T]):
         from aioloader._dataset.iter_mapping import BatchIterDataset
 
         return BatchIterDataset(self, batch_size, drop_remainder, batch_fn)
+
+    def apply(self, transformations: Any) -> IterDataset[Any]:
+        """This dataset with `transformations` applied in order: one transform object or a
+        sequence of them (aioloader's or Grain's: `Batch`, map, random map, map with index,
+        filter), each given to the method that takes it (`batch`, `map`, ...), as in Grain."""
+        from aioloader._dataset.transformations import apply_transformations
+
+        return apply_transformations(self, transformations)
+
+    def pipe(
+        self, func: Callable[Concatenate[IterDataset[T], P], U], /, *args: P.args, **kwargs: P.kwargs
+    ) -> U:
+        """`func(self, *args, **kwargs)`: a transformation that is not a method, in a chain."""
+        return func(self, *args, **kwargs)
 
     # How it runs.
 

@@ -1,4 +1,4 @@
-"""`IterDataset.map`, `random_map`, `filter` and `batch`.
+"""`IterDataset.map`, `random_map`, `map_with_index`, `filter` and `batch`.
 
 Right after a parallel part, each joins it and runs on the engine's workers, in chunks
 (see `parallel`); after something that runs in order (a mix, a packer, a second batch),
@@ -12,7 +12,11 @@ In order, `index` counts the elements the map has seen, as in Grain. In a parall
 it is the index of the element's record in the MapDataset (of its batch, after the
 part's batch: the batch's first record index over the batch size), which keeps the
 workers independent: the same as Grain's count unless a filter or a `None` hole came
-before the map, and, either way, the same for every worker count.
+before the map, and, either way, the same for every worker count. `map_with_index` is
+given Grain's count always: in a parallel part where no element can have been dropped
+before it, the record index, which is then that count (the engine runs it as a random
+map whose "generator" is the index itself); after a filter or a MapDataset that may hold
+holes, in order, after the part.
 
 Errors from the user's function keep their type and traceback, with a note naming the
 transformation and the element; a StopIteration from it becomes a RuntimeError (it
@@ -33,6 +37,7 @@ from aioloader._dataset.functions import add_note, resolve
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.mapping import rng_factory
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, as_stage, state_fields
+from aioloader._operations.apply import filter_verdict
 from aioloader._operations.batching import stack
 from aioloader._operations.transforms import Batch, Kind, Prepared
 
@@ -43,12 +48,14 @@ class _ElementwiseIterDataset(IterDataset[Any]):
     """One of map, random_map and filter: it joins a parallel part, or runs in order."""
 
     kind: Kind
+    method = ""  # the dataset method, when it is not named after the kind
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
         self._parent = parent
-        self._function, self._what = resolve(self.kind.value, transform)
-        self._name = f"IterDataset.{self.kind.value}"
+        self._method = self.method or self.kind.value
+        self._function, self._what = resolve(self._method, transform)
+        self._name = f"IterDataset.{self._method}"
 
     def _plan(self, settings: Settings) -> Plan:
         plan = self._parent._plan(settings)
@@ -66,7 +73,7 @@ class _ElementwiseIterDataset(IterDataset[Any]):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{self._parent!r}.{self.kind.value}({self._what})"
+        return f"{self._parent!r}.{self._method}({self._what})"
 
 
 class MapIterDataset(_ElementwiseIterDataset):
@@ -95,6 +102,32 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
 
     def _stage(self, parent: Stage[Any]) -> Stage[Any]:
         return RandomMapStage(parent, self._function, f"{self._name} ({self._what})", self._new_rng)
+
+
+class MapWithIndexIterDataset(_ElementwiseIterDataset):
+    """`function(index, x)` for every element `x` (see the module docstring for `index`)."""
+
+    kind = Kind.RANDOM_MAP  # the engine's random map, given the index for a generator
+    method = "map_with_index"
+
+    def _plan(self, settings: Settings) -> Plan:
+        plan = self._parent._plan(settings)
+        if isinstance(plan, Part) and not plan.counts_elements():
+            plan = as_stage(plan)  # elements were dropped: only a count in order is Grain's index
+        if isinstance(plan, Part):
+            joined = plan.joined(self._prepared(plan))
+            if joined is not None:
+                return joined
+        return self._stage(as_stage(plan))
+
+    def _prepared(self, part: Part) -> Prepared:
+        size = getattr(part, "batch_size", None)
+        index: Callable[[int], int] = same_index if size is None else _BatchIndex(size)
+        return Prepared(self.kind, IndexFirst(self._function), self._name, self._what, index)
+
+    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+        label = f"{self._name} ({self._what})"
+        return RandomMapStage(parent, IndexFirst(self._function), label, same_index, "map_with_index")
 
 
 class FilterIterDataset(_ElementwiseIterDataset):
@@ -149,6 +182,33 @@ class _BatchRngs:
         return self._new_rng(first_record // self._size)
 
 
+class _BatchIndex:
+    """`map_with_index`'s index after a part's batch: `first_record // batch_size`, as
+    `_BatchRngs` draws (`b` for batch `b` when nothing was dropped before it)."""
+
+    def __init__(self, batch_size: int) -> None:
+        self._size = batch_size
+
+    def __call__(self, first_record: int) -> int:
+        return first_record // self._size
+
+
+def same_index(index: int) -> int:
+    """A record's index as it is: `map_with_index`'s "generator" before a batch."""
+    return index
+
+
+class IndexFirst:
+    """`function(index, element)`, called as the engine calls a random map: with the
+    element first (module level, so that it pickles for subinterpreters)."""
+
+    def __init__(self, function: Callable[[int, Any], Any]) -> None:
+        self.function = function
+
+    def __call__(self, element: Any, index: int) -> Any:
+        return self.function(index, element)
+
+
 class _CountingStage(Stage[Any]):
     """A stage over one parent that counts the elements it took (for error notes)."""
 
@@ -201,22 +261,28 @@ class FilterStage(_CountingStage):
     def __next__(self) -> Any:
         while True:
             element = self._take()
-            if self._call(self._predicate, element):
+            if self._call(self._verdict, element):
                 return element
+
+    def _verdict(self, element: Any) -> bool:
+        return filter_verdict(self._predicate(element), self._label)
 
 
 class RandomMapStage(_CountingStage):
-    """A random map in order: element `n` (counted from the start) draws from index `n`."""
+    """A random map in order: element `n` (counted from the start) draws from index `n`
+    (`map_with_index`'s stage too, whose `new_rng` gives the index itself)."""
 
     def __init__(
         self,
         parent: Stage[Any],
-        function: Callable[[Any, np.random.Generator], Any],
+        function: Callable[[Any, Any], Any],
         label: str,
-        new_rng: Callable[[int], np.random.Generator],
+        new_rng: Callable[[int], Any],
+        stage: str = "random_map",
     ) -> None:
         super().__init__(parent, label)
         self._function, self._new_rng, self._index = function, new_rng, 0
+        self._stage_name = stage
 
     def __next__(self) -> Any:
         element = self._take()
@@ -228,10 +294,10 @@ class RandomMapStage(_CountingStage):
 
     def state_of(self, token: Any) -> dict[str, Any]:
         parent, index = token
-        return {"stage": "random_map", "parent": self._parent.state_of(parent), "index": index}
+        return {"stage": self._stage_name, "parent": self._parent.state_of(parent), "index": index}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        parent, index = state_fields(state, "random_map", ("parent", "index"))
+        parent, index = state_fields(state, self._stage_name, ("parent", "index"))
         self._parent.set_state(parent)
         self._index = require_int("state['index']", index, minimum=0)
 

@@ -1,10 +1,13 @@
-"""`ds.map(f)`, `ds.random_map(f, seed=)` and `ds.filter(f)`: one element in, one out.
+"""`ds.map(f)`, `ds.random_map(f, seed=)`, `ds.map_with_index(f)` and `ds.filter(f)`: one
+element in, one out.
 
 A `None` (an element a filter dropped) stays `None` and the transform is not called,
 as in Grain. An error in the transform reaches the caller with its own type and
 traceback, and a note naming the transform and the element's index.
 
-`filter` leaves `None` in place of the elements it rejects: the length does not
+`filter` keeps an element by the truth value of the predicate's answer, as Grain does,
+but a predicate that answers None (a forgotten `return`) is a TypeError. It leaves
+`None` in place of the elements it rejects: the length does not
 change and `ds[i]` answers for every index; iteration skips the holes, and `batch`
 refuses to follow a filter (its batches would hold holes).
 
@@ -25,6 +28,7 @@ import numpy as np
 
 from aioloader._dataset.base import MapDataset, require_seed
 from aioloader._dataset.functions import add_note, resolve
+from aioloader._operations.apply import filter_verdict
 
 T = TypeVar("T")
 
@@ -86,6 +90,17 @@ class RandomMapMapDataset(ElementwiseMapDataset[Any]):
         return self._function(element, self._new_rng(index))
 
 
+class MapWithIndexMapDataset(ElementwiseMapDataset[Any]):
+    """`function(index, x)` for every element `x` at `index` (past `len(ds)` in later
+    epochs, as in Grain: the index asked for, not the index within an epoch)."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
+        super().__init__(parent, "map_with_index", transform)
+
+    def _call(self, element: Any, index: int) -> Any:
+        return self._function(index, element)
+
+
 class FilterMapDataset(ElementwiseMapDataset[T]):
     """The element where `predicate(element)` is true, else `None`."""
 
@@ -93,7 +108,7 @@ class FilterMapDataset(ElementwiseMapDataset[T]):
         super().__init__(parent, "filter", transform)
 
     def _call(self, element: T, index: int) -> T | None:
-        return element if self._function(element) else None
+        return element if filter_verdict(self._function(element), f"filter({self._what})") else None
 
 
 def rng_factory(seed: int) -> Callable[[int], np.random.Generator]:

@@ -77,6 +77,12 @@ class EnginePart(Part):
             operation = dataclasses.replace(operation, function=PassNone(operation.function))
         return dataclasses.replace(self, operations=(*self.operations, operation))
 
+    def counts_elements(self) -> bool:
+        filters = [op for op in self.operations if isinstance(op, Prepared) and op.kind is Kind.FILTER]
+        if any(op.function is not is_not_none for op in filters):
+            return False  # the user's filter drops elements
+        return self.allow_nones or not may_hold_holes(self.dataset)
+
     def loader(self, device_put: DevicePut | None = None) -> DataLoader:
         """The DataLoader that runs this part."""
         source = MapDatasetSource(self.dataset)
@@ -167,6 +173,21 @@ class MapDatasetSource:
 
     def __repr__(self) -> str:
         return f"MapDatasetSource({self._dataset!r})"
+
+
+def may_hold_holes(dataset: MapDataset[Any]) -> bool:
+    """False when `dataset` has no `None` holes for `to_iter_dataset` to drop: it is made of
+    aioloader's own nodes, none a filter (a source that returns None for a record is not
+    foreseen: it makes a hole too)."""
+    from aioloader._dataset.mapping import FilterMapDataset
+
+    nodes = [dataset]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, FilterMapDataset) or not type(node).__module__.startswith("aioloader."):
+            return True
+        nodes += node.parents
+    return False
 
 
 class PassNone:

@@ -129,6 +129,12 @@ class Part(abc.ABC):
     def build(self, device_put: DevicePut | None = None) -> Stage[Any]:
         """The running part, as a stage (its outputs put on the device by `device_put`)."""
 
+    def counts_elements(self) -> bool:
+        """True when no element is dropped before the part's end, so that the record index
+        of each element there (over the batch size, after a batch) is its count from the
+        start: the index `map_with_index` must give, as Grain counts."""
+        return False
+
 
 Plan = Stage[Any] | Part  # what compiling an IterDataset node gives
 

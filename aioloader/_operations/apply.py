@@ -14,9 +14,10 @@ nothing, not even the elements its flat-map yielded before raising.
 
 The user's functions are called through `call_each` (see `_common/calls`): a
 StopIteration they raise is an error like any other, and a closed loader
-stops the run between two elements (`Stopped`). A filter must return a bool
-(Python's or NumPy's): anything else, such as the None of a forgotten
-`return`, would silently keep or drop every element, and is a TypeError.
+stops the run between two elements (`Stopped`). A filter's answer counts by
+its truth value, as in Grain (`lambda x: x % 3` keeps what is not a multiple
+of 3), but None, the answer of a forgotten `return`, is a TypeError: it would
+silently drop every element.
 """
 
 from __future__ import annotations
@@ -185,16 +186,21 @@ def _flat_map(op: Op, run: Run, shutdown: Shutdown) -> None:
 
 
 def _kept(op: Op, verdict: Any) -> bool:
-    """A filter's answer, which must be a bool: Python's, NumPy's, or a 0-d boolean array."""
+    return filter_verdict(verdict, f"`{op.name}` ({op.what})")
+
+
+def filter_verdict(verdict: Any, what: str) -> bool:
+    """A filter's answer as Grain takes it, by its truth value; but None, the answer of a
+    forgotten `return`, which would silently drop every element, is a TypeError naming
+    `what`. An answer with no truth value (an array of several elements) raises
+    ValueError, as `bool` does."""
     if verdict is True or verdict is False:
         return verdict
-    if isinstance(verdict, np.bool_) or (
-        getattr(verdict, "shape", None) == () and getattr(getattr(verdict, "dtype", None), "kind", "") == "b"
-    ):
-        return bool(verdict)
-    raise TypeError(
-        f"`{op.name}` ({op.what}) must return a bool, got {verdict!r:.100} of type {type(verdict).__name__}."
-    )
+    if verdict is None:
+        raise TypeError(
+            f"{what} returned None, which is no answer: a forgotten `return`? Return True to keep."
+        )
+    return bool(verdict)
 
 
 async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:

@@ -42,6 +42,15 @@ class RandomMapTransform(abc.ABC):
         """Return the transformed element; `rng` belongs to this record alone."""
 
 
+class MapWithIndexTransform(abc.ABC):
+    """Maps one element and its index to one element: for `MapDataset.map_with_index` and
+    `IterDataset.map_with_index` (as in Grain, a `DataLoader` does not take it)."""
+
+    @abc.abstractmethod
+    def map_with_index(self, index: int, element: Any) -> Any:
+        """Return the transformed element; `index` is the element's index in the dataset."""
+
+
 class FilterTransform(abc.ABC):
     """Keeps the elements for which `filter` is true."""
 
@@ -100,8 +109,9 @@ class Op:
     names the attribute to call on it, or is empty for a plain callable.
     `name` is where it stands in the user's list (`operations[2]`) and
     `what` says what it is (`Tokenize.map`). `rng`, for a random map of the
-    Dataset API, makes the operation's own generator from a record's index;
-    without it, the random operations share each record's generator.
+    Dataset API, makes what it is given from a record's index: its own
+    generator, or the index itself for `map_with_index`; without it, the
+    random operations share each record's generator.
     """
 
     kind: Kind
@@ -109,7 +119,7 @@ class Op:
     method: str
     name: str
     what: str
-    rng: Callable[[int], np.random.Generator] | None = None
+    rng: Callable[[int], Any] | None = None
 
     @property
     def label(self) -> str:
@@ -165,14 +175,15 @@ class Operations:
 class Prepared:
     """An operation already resolved to its function, as the Dataset API hands its
     transformations to the engine: `kind` (MAP, RANDOM_MAP or FILTER), the function,
-    how messages name it (`name`, `what`), and for a random map its own generator per
-    record index (`rng`, seeded as Grain seeds the transformation)."""
+    how messages name it (`name`, `what`), and for a random map what it is given per
+    record index (`rng`: its own generator, seeded as Grain seeds the transformation, or
+    the index itself for `map_with_index`)."""
 
     kind: Kind
     function: Callable[..., Any]
     name: str
     what: str
-    rng: Callable[[int], np.random.Generator] | None = None
+    rng: Callable[[int], Any] | None = None
 
 
 def is_not_none(element: Any) -> bool:
@@ -180,12 +191,31 @@ def is_not_none(element: Any) -> bool:
     return element is not None
 
 
+# aioloader's base class, Grain's class of the same role (by name), the kind, the method.
 _METHODS = (
-    (MapTransform, Kind.MAP, "map"),
-    (RandomMapTransform, Kind.RANDOM_MAP, "random_map"),
-    (FilterTransform, Kind.FILTER, "filter"),
-    (FlatMapTransform, Kind.FLAT_MAP, "flat_map"),
+    (MapTransform, "Map", Kind.MAP, "map"),
+    (RandomMapTransform, "RandomMap", Kind.RANDOM_MAP, "random_map"),
+    (FilterTransform, "Filter", Kind.FILTER, "filter"),
+    (FlatMapTransform, "FlatMap", Kind.FLAT_MAP, "flat_map"),
 )
+_GRAIN_MODULE = "grain._src.core.transforms"
+
+
+def is_grain(transform: Any, name: str) -> bool:
+    """True for an instance of Grain's transform class `name` (`Map`, `Batch`, ...).
+
+    Grain's classes are recognised by their module and name, so Grain need not be
+    installed (nor imported) for aioloader to accept them."""
+    return any(c.__module__ == _GRAIN_MODULE and c.__name__ == name for c in type(transform).__mro__)
+
+
+def _own_batch(operation: Any) -> Batch | None:
+    """`operation` as aioloader's Batch if it is one (aioloader's or Grain's), else None."""
+    if isinstance(operation, Batch):
+        return operation
+    if is_grain(operation, "Batch"):
+        return Batch(operation.batch_size, operation.drop_remainder, operation.batch_fn)
+    return None
 
 
 def compile_operations(operations: Sequence[Any]) -> Operations:
@@ -194,16 +224,17 @@ def compile_operations(operations: Sequence[Any]) -> Operations:
         raise TypeError(
             f"`operations` must be a list or tuple of operations, got {type(operations).__name__}."
         )
-    batches = [i for i, op in enumerate(operations) if isinstance(op, Batch)]
+    own = [_own_batch(op) for op in operations]
+    batches = [i for i, batch in enumerate(own) if batch is not None]
     if len(batches) > 1:
         raise ValueError(
             f"`operations` may hold at most one Batch, got {len(batches)} (at positions {batches})."
         )
-    ops = [_compile_one(i, op) for i, op in enumerate(operations) if not isinstance(op, Batch)]
+    ops = [_compile_one(i, op) for i, op in enumerate(operations) if own[i] is None]
     if not batches:
         return Operations(ops, None, [])
     split = batches[0]
-    return Operations(ops[:split], operations[split], ops[split:])
+    return Operations(ops[:split], own[split], ops[split:])
 
 
 def _compile_one(position: int, operation: Any) -> Op:
@@ -213,8 +244,13 @@ def _compile_one(position: int, operation: Any) -> Op:
         if kind is Kind.MAP and inspect.iscoroutinefunction(operation.function):
             kind = Kind.ASYNC_MAP
         return Op(kind, operation.function, "", operation.name, operation.what, operation.rng)
-    for base, kind, method in _METHODS:
-        if isinstance(operation, base):
+    if isinstance(operation, MapWithIndexTransform) or is_grain(operation, "MapWithIndex"):
+        raise TypeError(
+            f"`{name}` is a MapWithIndexTransform, which a DataLoader does not take (nor does Grain's): "
+            f"use `MapDataset.map_with_index` or `IterDataset.map_with_index`, got {operation!r}."
+        )
+    for base, grain_name, kind, method in _METHODS:
+        if isinstance(operation, base) or is_grain(operation, grain_name):
             if kind is Kind.MAP and inspect.iscoroutinefunction(getattr(operation, method)):
                 kind = Kind.ASYNC_MAP
             return Op(kind, operation, method, name, f"{type(operation).__name__}.{method}")

@@ -27,7 +27,7 @@ import itertools
 import operator
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,6 +37,13 @@ from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 
 _SEED_LIMIT = 2**32  # Grain: "Seed should be positive 32-bit integer."
+
+
+class Sampler(Protocol):
+    """What a `DataLoader` needs of a sampler, Grain's protocol: the metadata of global
+    position `index`; an `IndexError` (or `len()`) says where the output ends."""
+
+    def __getitem__(self, index: int) -> RecordMetadata: ...
 
 
 class SamplerBase:

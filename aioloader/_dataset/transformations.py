@@ -1,0 +1,63 @@
+"""`ds.apply(transformations)`: Grain's transform objects turned into dataset methods.
+
+Each transformation (aioloader's class or Grain's, told apart by `is_grain`) becomes the
+method that takes it: a `Batch` becomes `ds.batch(...)` with its fields, a map
+`ds.map(...)`, a random map `ds.random_map(...)`, a map with index
+`ds.map_with_index(...)`, a filter `ds.filter(...)`. The same dispatch as Grain's
+`apply_transformations`, for MapDatasets and IterDatasets alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from aioloader._operations.transforms import (
+    Batch,
+    FilterTransform,
+    FlatMapTransform,
+    MapTransform,
+    MapWithIndexTransform,
+    RandomMapTransform,
+    is_grain,
+)
+
+D = TypeVar("D")  # a MapDataset or an IterDataset: the result is of the same kind
+
+# Which method takes each kind of transformation: aioloader's class, Grain's name, the method.
+_METHODS: tuple[tuple[type, str, str], ...] = (
+    (MapTransform, "Map", "map"),
+    (RandomMapTransform, "RandomMap", "random_map"),
+    (MapWithIndexTransform, "MapWithIndex", "map_with_index"),
+    (FilterTransform, "Filter", "filter"),
+)
+
+
+def apply_transformations(ds: D, transformations: Any) -> D:
+    """`ds` with `transformations` (one, or a sequence of them) applied in order."""
+    if isinstance(transformations, (str, bytes)) or not isinstance(transformations, Sequence):
+        transformations = (transformations,)
+    for transformation in transformations:
+        ds = _apply_one(ds, transformation)
+    return ds
+
+
+def _apply_one(ds: Any, transformation: Any) -> Any:
+    if isinstance(transformation, Batch) or is_grain(transformation, "Batch"):
+        return ds.batch(
+            transformation.batch_size,
+            drop_remainder=transformation.drop_remainder,
+            batch_fn=transformation.batch_fn,
+        )
+    for base, grain_name, method in _METHODS:
+        if isinstance(transformation, base) or is_grain(transformation, grain_name):
+            return getattr(ds, method)(transformation)
+    if isinstance(transformation, FlatMapTransform) or is_grain(transformation, "FlatMap"):
+        raise NotImplementedError(
+            f"`apply` does not take a flat map ({transformation!r}): aioloader's Dataset API has no "
+            "FlatMapMapDataset; a DataLoader takes a FlatMapTransform in its `operations`."
+        )
+    raise NotImplementedError(
+        f"Transformation type: {transformation!r} is not supported by `apply`: it takes a Batch, "
+        "MapTransform, RandomMapTransform, MapWithIndexTransform or FilterTransform (aioloader's or Grain's)."
+    )
