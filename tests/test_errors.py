@@ -284,3 +284,72 @@ def test_keyboard_interrupt_and_system_exit_from_a_transform_stop_the_loader(
     assert len(got) <= 9
     assert wait_for_no_threads() == []
     assert list(iterator) == []  # closed
+
+
+# The same from awaited user code (an async source's `aget`, an `async def` map), and a
+# CancelledError that the user's code raises (a cancelled inner request): asyncio lets the
+# first two out of the event loop itself, which ended the loop's thread and left the
+# consumer waiting for good. Now each reaches the consumer and every thread ends.
+
+
+class AsyncRaises:
+    """An async source whose `aget` raises `kind` at key 9 (or, `in_map`, a map that does)."""
+
+    def __init__(self, kind: type[BaseException]) -> None:
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+    async def aget(self, key: int) -> int:
+        await asyncio.sleep(0)
+        if key == 9:
+            raise self.kind("stop now")
+        return key
+
+    async def map(self, element: int) -> int:
+        return await self.aget(element)
+
+
+STOPPERS = [KeyboardInterrupt, SystemExit, asyncio.CancelledError]
+
+
+@pytest.mark.parametrize("kind", STOPPERS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("where", ["aget", "async map"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_interrupt_from_awaited_user_code_reaches_for(
+    kind: type[BaseException], where: str, workers: int
+) -> None:
+    raising = AsyncRaises(kind)
+    operations = [raising.map] if where == "async map" else []
+    source = RangeDataSource(0, 40) if where == "async map" else raising
+    got: list[Any] = []
+    iterator = iter(loader_with(operations, workers, source))
+    with pytest.raises(kind, match="stop now"):
+        got.extend(iterator)
+    assert got == list(range(len(got)))
+    assert len(got) <= 9
+    assert wait_for_no_threads() == []
+    assert list(iterator) == []  # closed
+
+
+@pytest.mark.parametrize("kind", STOPPERS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.asyncio
+async def test_an_interrupt_from_awaited_user_code_reaches_async_for(
+    kind: type[BaseException], workers: int
+) -> None:
+    got: list[Any] = []
+
+    async def take_all() -> None:
+        async with aiter(loader_with([], workers, AsyncRaises(kind))) as iterator:
+            async for element in iterator:
+                got.append(element)
+
+    with pytest.raises(kind, match="stop now"):
+        await take_all()
+    assert got == list(range(len(got)))
+    assert len(got) <= 9

@@ -21,8 +21,10 @@ pool's `map`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Stopped(BaseException):
@@ -74,6 +76,48 @@ _FLAGS_LOCK = threading.Lock()  # every Shutdown's flags: taken once per worker 
 
 
 NEVER = Shutdown()  # for work that nothing closes (a subinterpreter's side of a chunk)
+
+
+class Interrupt(Exception):
+    """A KeyboardInterrupt or SystemExit that the user's awaited code raised, or a
+    CancelledError it raised itself (a cancelled inner request), carried as a plain error
+    to the engine, which raises `error` again in the consumer.
+
+    asyncio re-raises the first two out of the event loop itself when a task raises
+    them: the loop's thread would end, and the consumer would wait for it forever. The
+    third would pass for the loader's own cancellation, and lose its message."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__} in awaited user code")
+        self.error = error
+
+
+async def guarded(awaitable: Awaitable[T]) -> T:
+    """`await awaitable` (the user's code); what `Interrupt` carries comes out as one."""
+    try:
+        return await awaitable
+    except BaseException as error:
+        if isinstance(error, (KeyboardInterrupt, SystemExit)) or _cancelled_by_itself(error):
+            raise Interrupt(error) from error
+        raise
+
+
+def _cancelled_by_itself(error: BaseException) -> bool:
+    """A CancelledError while nobody asked the running task to cancel: the awaited code
+    raised it, the loader did not cancel it."""
+    import asyncio  # loaded already: this runs on an event loop
+
+    task = asyncio.current_task()
+    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() == 0
+
+
+def not_data(result: Any) -> bool:
+    """True for a result of `gather(..., return_exceptions=True)` that no record may keep:
+    an `Interrupt`, or a BaseException that is not an Exception (a CancelledError the
+    user's code raised). The caller raises it; any other exception is the record's error."""
+    return isinstance(result, Interrupt) or (
+        isinstance(result, BaseException) and not isinstance(result, Exception)
+    )
 
 
 def stray_stop(error: BaseException, what: str) -> BaseException:

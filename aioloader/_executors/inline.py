@@ -21,7 +21,7 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aioloader._common.calls import Stopped
+from aioloader._common.calls import Interrupt, Stopped
 from aioloader._common.positions import Position
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
@@ -98,7 +98,10 @@ def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
                 import asyncio
 
                 runner = runner or asyncio.Runner()
-                answer = runner.run(step.coroutine)
+                try:
+                    answer = runner.run(step.coroutine)
+                except Interrupt as carried:
+                    raise carried.error from None
             else:
                 answer = None
                 yield step
@@ -143,6 +146,8 @@ class AsyncInline:
         self._awaited = asyncio.ensure_future(coroutine)
         try:
             return await self._awaited
+        except Interrupt as carried:
+            raise carried.error from None
         except asyncio.CancelledError:
             if not self._closed:
                 raise  # the consumer's task was cancelled, not this iteration

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import threading
 
+from aioloader._common.calls import Interrupt
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Place, Work
 
@@ -46,10 +47,13 @@ class AsyncSegments:
             while work.place(program) is Place.LOOP:
                 await work.await_segment(program)
             scheduler.advance(work)
+        except Interrupt as carried:
+            scheduler.fail(carried.error)  # raised again in the consumer
         except asyncio.CancelledError:
             # Not ours (`cancel` sets `_closed` first): the loop is shutting down
             # with the iterator still open (asyncio.run's end); start no task
-            # that it would leave pending once closed.
+            # that it would leave pending once closed. (One that the user's code
+            # raised itself comes as an `Interrupt`.)
             self._closed = True
             raise
         except BaseException as error:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs
+from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs, guarded, not_data
 from aioloader._common.failures import Failure
 from aioloader._operations.transforms import Kind, Op
 
@@ -209,13 +209,13 @@ async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:
 
     async def one(element: Any) -> Any:
         async with limit:
-            return await fn(element)
+            return await guarded(fn(element))
 
     import asyncio
 
     results = await asyncio.gather(*(one(e) for e in run.items), return_exceptions=True)
     for j, result in enumerate(results):
-        if isinstance(result, BaseException) and not isinstance(result, Exception):
+        if not_data(result):
             raise result  # cancellation and KeyboardInterrupt are not the user's data errors
         if isinstance(result, Exception):
             run.fail(j, result, op.label)

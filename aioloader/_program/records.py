@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Shutdown, call_each, checked
+from aioloader._common.calls import NEVER, Interrupt, Shutdown, call_each, checked, guarded, not_data
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
@@ -139,7 +139,9 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
     if many is not None:
         try:
             async with limit:
-                found = list(await many(chunk.keys))
+                found = list(await guarded(many(chunk.keys)))
+        except Interrupt:
+            raise
         except Exception:
             pass
         else:
@@ -148,15 +150,15 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
 
     async def one(key: int) -> Any:
         async with limit:
-            return await source.aget(key)
+            return await guarded(source.aget(key))
 
     import asyncio
 
     results = await asyncio.gather(*(one(k) for k in chunk.keys), return_exceptions=True)
     chunk.items = results
     for j, result in enumerate(results):
+        if not_data(result):
+            raise result
         if isinstance(result, BaseException):
-            if not isinstance(result, Exception):
-                raise result
             chunk.fail(j, result, f"reading from {type(source).__name__}")
             break

@@ -1,0 +1,1144 @@
+"""Hostile inputs, as an outside reviewer throws them at the loader: user code that raises
+what it should not or returns the wrong thing, sources and samplers that lie, states from
+other pipelines or from nowhere, closes from every side, and bad arguments.
+
+Each attack here is one the loader withstands, as its contracts say (shared/DESIGN.md):
+errors in output order with their type and the record's index and key (4), the same
+output for every worker count and after every resume (1, 2), every thread joined (5,
+checked after every test by the `no_leftover_threads` fixture), bad input refused at once
+naming the parameter (7). Most run over `worker_count` 0, 2 and "auto", with `for` and
+`async for`, with and without a `Batch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aioloader import (
+    Batch,
+    DataLoader,
+    DevicePut,
+    FilterTransform,
+    FlatMapTransform,
+    IndexSampler,
+    MapTransform,
+    NoSharding,
+    RandomMapTransform,
+    RangeDataSource,
+    ReadOptions,
+    RecordMetadata,
+    SequentialSampler,
+    ShardOptions,
+)
+from tests.support.outputs import notes
+from tests.support.reference import canonical, reference_outputs
+
+Workers = int | str
+
+# Every way to iterate: worker_count 0, 2 and "auto", each with `for` and `async for`.
+MODES = [
+    pytest.param(workers, is_async, id=f"{workers}-{'async' if is_async else 'sync'}")
+    for workers in (0, 2, "auto")
+    for is_async in (False, True)
+]
+BATCHED = [pytest.param(False, id="unbatched"), pytest.param(True, id="batched")]
+
+
+def collect(
+    loader: DataLoader, is_async: bool, limit: int | None = None
+) -> tuple[list[Any], BaseException | None]:
+    """The outputs of `for` (or `async for`) over `loader`, and what ended it (None: its end)."""
+    got: list[Any] = []
+
+    def full() -> bool:
+        return limit is not None and len(got) >= limit
+
+    try:
+        if is_async:
+
+            async def take() -> None:
+                async for item in loader:
+                    got.append(item)
+                    if full():
+                        break
+
+            asyncio.run(take())
+        else:
+            for item in loader:
+                got.append(item)
+                if full():
+                    break
+    except BaseException as error:  # the attacks raise KeyboardInterrupt and friends on purpose
+        return got, error
+    return got, None
+
+
+def make(
+    operations: list[Any],
+    workers: Workers = 0,
+    source: Any = None,
+    n: int = 20,
+    **sampler: Any,
+) -> DataLoader:
+    options: dict[str, Any] = {"num_epochs": 1, "seed": 1, **sampler}
+    return DataLoader(
+        data_source=RangeDataSource(0, n) if source is None else source,
+        sampler=IndexSampler(n, **options),
+        operations=operations,
+        worker_count=workers,
+    )
+
+
+def plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+# 1. User code that raises what it should not.
+
+
+class StrRaises(Exception):
+    """An exception that cannot even be printed."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+class NotAnException(BaseException):
+    """A BaseException of the user's own: not a data error."""
+
+
+def raising(kind: str, error: Callable[[], BaseException], at: int = 6) -> list[Any]:
+    """Operations whose `kind` step raises `error()` on the record of value `at`."""
+
+    class Map(MapTransform):
+        def map(self, element: Any) -> Any:
+            if element == at:
+                raise error()
+            return element
+
+    class RandomMap(RandomMapTransform):
+        def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+            if element == at:
+                raise error()
+            return element
+
+    class Filter(FilterTransform):
+        def filter(self, element: Any) -> bool:
+            if element == at:
+                raise error()
+            return True
+
+    class FlatMap(FlatMapTransform):
+        def flat_map(self, element: Any) -> Iterable[Any]:
+            if element == at:
+                raise error()
+            return [element]
+
+    class HalfwayFlatMap(FlatMapTransform):
+        def flat_map(self, element: Any) -> Iterator[Any]:
+            yield element  # delivered only if the record gives all of its elements
+            if element == at:
+                raise error()
+
+    def batch_fn(elements: list[Any]) -> Any:
+        if at in elements:
+            raise error()
+        return np.stack(elements)
+
+    ops: dict[str, Callable[[], list[Any]]] = {
+        "map": lambda: [Map()],
+        "random_map": lambda: [RandomMap()],
+        "filter": lambda: [Filter()],
+        "flat_map": lambda: [FlatMap()],
+        "flat_map-halfway": lambda: [HalfwayFlatMap()],
+        "batch_fn": lambda: [Batch(2, batch_fn=batch_fn)],
+    }
+    return ops[kind]()
+
+
+PER_RECORD = ["map", "random_map", "filter", "flat_map", "flat_map-halfway"]
+STEPS = [
+    pytest.param(kind, batched, id=f"{kind}-{'batched' if batched else 'unbatched'}")
+    for kind in PER_RECORD
+    for batched in (False, True)
+] + [pytest.param("batch_fn", True, id="batch_fn")]
+
+
+def pipeline(kind: str, batched: bool, error: Callable[[], BaseException]) -> list[Any]:
+    operations = raising(kind, error)
+    return [*operations, Batch(2)] if batched and kind != "batch_fn" else operations
+
+
+@pytest.mark.parametrize("stop", [StopIteration, StopAsyncIteration], ids=lambda k: k.__name__)
+@pytest.mark.parametrize(("kind", "batched"), STEPS)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_stray_stop_is_an_error_in_its_place_never_the_end(
+    kind: str, batched: bool, stop: type[Exception], workers: Workers, is_async: bool
+) -> None:
+    got, error = collect(make(pipeline(kind, batched, stop), workers), is_async)
+    assert [plain(x) for x in got] == ([[0, 1], [2, 3], [4, 5]] if batched else list(range(6)))
+    assert type(error) is RuntimeError
+    assert isinstance(error.__cause__, stop)
+    assert ("index=6..7" if kind == "batch_fn" else "index=6, record_key=6") in notes(error)
+
+
+@pytest.mark.parametrize(("kind", "batched"), STEPS)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_an_exception_whose_str_raises_arrives_in_its_place(
+    kind: str, batched: bool, workers: Workers, is_async: bool
+) -> None:
+    got, error = collect(make(pipeline(kind, batched, StrRaises), workers), is_async)
+    assert len(got) == (3 if batched else 6)
+    assert type(error) is StrRaises
+    assert "failed on the" in notes(error)
+
+
+BASE_EXCEPTIONS: list[Callable[[], BaseException]] = [
+    lambda: KeyboardInterrupt("stop now"),
+    lambda: SystemExit(3),
+    GeneratorExit,
+    lambda: NotAnException("mine"),
+]
+
+
+@pytest.mark.parametrize(
+    "error", BASE_EXCEPTIONS, ids=["KeyboardInterrupt", "SystemExit", "GeneratorExit", "own"]
+)
+@pytest.mark.parametrize(("kind", "batched"), STEPS)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_base_exception_from_user_code_stops_the_loader_as_it_is(
+    error: Callable[[], BaseException], kind: str, batched: bool, workers: Workers, is_async: bool
+) -> None:
+    loader = make(pipeline(kind, batched, error), workers)
+    got, caught = collect(loader, is_async)
+    assert type(caught) is type(error())
+    expected = [[0, 1], [2, 3], [4, 5]] if batched else list(range(6))
+    assert [plain(x) for x in got] == expected[: len(got)]  # stopped at once: fewer, never others
+
+
+# 1. User code that returns the wrong thing.
+
+
+def nothing(element: Any) -> Any:
+    return None
+
+
+def a_generator(element: Any) -> Any:
+    return (element + k for k in range(2))
+
+
+def an_object_array(element: Any) -> Any:
+    return np.array([element, "text", None], dtype=object)
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_wrong_return_types_are_data_as_they_are(batched: bool, workers: Workers, is_async: bool) -> None:
+    checks: list[tuple[Callable[[Any], Any], Callable[[Any], bool]]] = [
+        (nothing, lambda x: x is None),
+        (a_generator, inspect.isgenerator),
+        (an_object_array, lambda x: bool(x.dtype == object and x[1] == "text")),
+    ]
+    for function, check in checks:
+        operations: list[Any] = [function, Batch(2)] if batched else [function]
+        got, error = collect(make(operations, workers, n=6), is_async)
+        assert error is None
+        if batched:
+            assert len(got) == 3
+            assert all(b.dtype == object and len(b) == 2 for b in got)
+            assert all(check(x) for b in got for x in b)
+        else:
+            assert len(got) == 6
+            assert all(check(x) for x in got)
+
+
+class Structured(MapTransform):
+    """Dicts of one structure, but record 5's is `odd`."""
+
+    def __init__(self, odd: Any) -> None:
+        self.odd = odd
+
+    def map(self, element: Any) -> Any:
+        return self.odd if element == 5 else {"a": np.zeros(3) + element}
+
+
+@pytest.mark.parametrize(
+    ("odd", "message"),
+    [
+        ({"b": np.zeros(3)}, "is not a dict with keys"),
+        ({"a": np.zeros(4)}, "has different shapes"),
+        ([np.zeros(3)], "is not a dict with keys"),
+        ({"a": np.zeros(3), "b": 1}, "is not a dict with keys"),
+    ],
+    ids=["other-key", "other-shape", "list-for-dict", "extra-key"],
+)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_elements_of_another_structure_fail_on_their_batch(
+    odd: Any, message: str, workers: Workers, is_async: bool
+) -> None:
+    got, error = collect(make([Structured(odd), Batch(2)], workers), is_async)
+    assert [b["a"][:, 0].tolist() for b in got] == [[0, 1], [2, 3]]
+    assert type(error) is ValueError
+    assert message in str(error)
+    assert "index=4..5" in notes(error)
+
+
+class NotIterable(FlatMapTransform):
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def flat_map(self, element: Any) -> Any:
+        return self.answer if element == 5 else [element]
+
+
+@pytest.mark.parametrize("answer", [5, None, 2.5], ids=["int", "None", "float"])
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_flat_map_answering_no_iterable_fails_on_its_record(
+    answer: Any, batched: bool, workers: Workers, is_async: bool
+) -> None:
+    operations: list[Any] = [NotIterable(answer), Batch(2)] if batched else [NotIterable(answer)]
+    got, error = collect(make(operations, workers), is_async)
+    assert [plain(x) for x in got] == ([[0, 1], [2, 3]] if batched else list(range(5)))
+    assert type(error) is TypeError
+    assert "not iterable" in str(error)
+    assert "(NotIterable.flat_map) failed on the record with index=5, record_key=5" in notes(error)
+
+
+class Endless(FlatMapTransform):
+    """A record's elements without end, handed over as a list cut short: the user's cap."""
+
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        forever = (element * 1000 + k for k in range(10**18))
+        return [next(forever) for _ in range(3)]
+
+
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_leaving_early_while_flat_maps_fan_out_leaves_nothing_running(
+    workers: Workers, is_async: bool
+) -> None:
+    got, error = collect(make([Endless(), Batch(2)], workers), is_async, limit=4)
+    assert error is None
+    assert [plain(b) for b in got] == [[0, 1], [2, 1000], [1001, 1002], [2000, 2001]]
+
+
+# 2. Sources and samplers that lie.
+
+
+class Lies:
+    """A source of 10 records by its `__len__`; `__getitem__` fails as `fail(key)` says."""
+
+    def __init__(self, fail: Callable[[int], BaseException | None]) -> None:
+        self.fail = fail
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, key: int) -> int:
+        error = self.fail(key)
+        if error is not None:
+            raise error
+        return key
+
+
+LIES: dict[str, tuple[Callable[[int], BaseException | None], int, type[BaseException]]] = {
+    # name: (what fails, the first key that fails, the type that reaches the consumer)
+    "len-larger-than-served": (lambda k: IndexError(k) if k >= 8 else None, 8, IndexError),
+    "index-error-in-range": (lambda k: IndexError(k) if k == 4 else None, 4, IndexError),
+    "key-error-in-range": (lambda k: KeyError(k) if k == 4 else None, 4, KeyError),
+    "stop-iteration-in-range": (lambda k: StopIteration() if k == 4 else None, 4, RuntimeError),
+}
+
+
+@pytest.mark.parametrize("lie", list(LIES))
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_source_that_fails_in_range_is_an_error_never_the_end(
+    lie: str, batched: bool, workers: Workers, is_async: bool
+) -> None:
+    fail, first, kind = LIES[lie]
+    operations: list[Any] = [Batch(2)] if batched else []
+    got, error = collect(make(operations, workers, source=Lies(fail), n=10), is_async)
+    wanted = list(range(first))
+    assert [plain(x) for x in got] == (
+        [wanted[i : i + 2] for i in range(0, first - 1, 2)] if batched else wanted
+    )
+    assert type(error) is kind
+    assert f"reading from Lies failed on the record with index={first}, record_key={first}" in notes(error)
+
+
+class Counted:
+    """Counts the reads of each key; each read gives a new value (the count so far)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.reads: Counter[int] = Counter()
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> tuple[int, int]:
+        with self.lock:
+            self.reads[key] += 1
+            return key, self.reads[key]
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_source_whose_values_change_is_read_once_per_record(
+    batched: bool, workers: Workers, is_async: bool
+) -> None:
+    source = Counted(50)
+    operations: list[Any] = [Batch(4)] if batched else []
+    got, error = collect(make(operations, workers, source=source, n=50, shuffle=True), is_async)
+    assert error is None
+    assert source.reads == Counter(range(50))
+    keys = [int(k) for b in got for k in b[0]] if batched else [k for k, _ in got]
+    sampler = IndexSampler(50, num_epochs=1, seed=1, shuffle=True)
+    assert keys == [sampler[i].record_key for i in range(50)]
+
+
+class ShortSampler:
+    """Says it has 12 records, and serves 10."""
+
+    def __repr__(self) -> str:
+        return "ShortSampler()"
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        if index >= 10:
+            raise IndexError(index)
+        return RecordMetadata(index=index, record_key=index, rng=None)
+
+
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_a_sampler_longer_than_it_serves_fails_where_it_stops(workers: Workers, is_async: bool) -> None:
+    loader = DataLoader(data_source=RangeDataSource(0, 12), sampler=ShortSampler(), worker_count=workers)
+    got, error = collect(loader, is_async)
+    assert got == list(range(10))
+    assert type(error) is IndexError
+    assert "sampler[10] failed" in notes(error)
+
+
+# 3. States from other pipelines, or from nowhere.
+
+
+class AddOne(MapTransform):
+    def map(self, element: Any) -> Any:
+        return element + 1
+
+
+class KeepSome(FilterTransform):
+    def filter(self, element: Any) -> bool:
+        return bool(element % 3 != 0)
+
+
+def state_pipeline(
+    n: int = 30,
+    seed: int = 3,
+    shard: NoSharding | ShardOptions | None = None,
+    operations: list[Any] | None = None,
+    num_epochs: int = 1,
+    shuffle: bool = True,
+) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, n),
+        sampler=IndexSampler(
+            n, shuffle=shuffle, num_epochs=num_epochs, seed=seed, shard_options=shard or NoSharding()
+        ),
+        operations=[AddOne(), Batch(3)] if operations is None else operations,
+    )
+
+
+def state_after(loader: DataLoader, outputs: int) -> bytes:
+    with iter(loader) as iterator:
+        for _ in range(outputs):
+            next(iterator)
+        return iterator.get_state()
+
+
+OTHER_PIPELINES: dict[str, tuple[Callable[[], DataLoader], str]] = {
+    "seed": (lambda: state_pipeline(seed=4), "sampler"),
+    "num-records": (lambda: state_pipeline(n=31), "sampler"),
+    "num-epochs": (lambda: state_pipeline(num_epochs=2), "sampler"),
+    "no-shuffle": (lambda: state_pipeline(shuffle=False), "sampler"),
+    "shard": (lambda: state_pipeline(shard=ShardOptions(0, 2)), "sampler"),
+    "batch-size": (lambda: state_pipeline(operations=[AddOne(), Batch(4)]), "operations"),
+    "drop-remainder": (
+        lambda: state_pipeline(operations=[AddOne(), Batch(3, drop_remainder=True)]),
+        "operations",
+    ),
+    "extra-map": (lambda: state_pipeline(operations=[AddOne(), AddOne(), Batch(3)]), "operations"),
+    "filter-for-map": (lambda: state_pipeline(operations=[KeepSome(), Batch(3)]), "operations"),
+    "no-batch": (lambda: state_pipeline(operations=[AddOne()]), "operations"),
+}
+
+
+@pytest.mark.parametrize("other", list(OTHER_PIPELINES))
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_state_of_another_pipeline_is_refused_naming_what_differs(other: str, is_async: bool) -> None:
+    state = state_after(state_pipeline(), 2)
+    make_other, part = OTHER_PIPELINES[other]
+    loader = make_other()
+    iterator = aiter(loader) if is_async else iter(loader)
+    with pytest.raises(ValueError, match=f"another {part}"):
+        iterator.set_state(state)
+
+
+def test_a_state_of_another_shard_is_refused() -> None:
+    state = state_after(state_pipeline(shard=ShardOptions(0, 2)), 2)
+    for other in (ShardOptions(1, 2), ShardOptions(0, 2, drop_remainder=True), ShardOptions(0, 3)):
+        with pytest.raises(ValueError, match="another sampler"):
+            iter(state_pipeline(shard=other)).set_state(state)
+
+
+def spoiled(change: Callable[[dict[str, Any]], Any]) -> bytes:
+    """A real state of `state_pipeline()`, with its `aioloader` part changed by `change`."""
+    document = json.loads(state_after(state_pipeline(), 2))
+    change(document["aioloader"])
+    return json.dumps(document).encode()
+
+
+def setting(*path_and_value: Any) -> Callable[[dict[str, Any]], Any]:
+    *path, key, value = path_and_value
+
+    def change(part: dict[str, Any]) -> None:
+        place: Any = part
+        for step in path:
+            place = place[step]
+        place[key] = value
+
+    return change
+
+
+GARBAGE: dict[str, tuple[Callable[[], Any], str]] = {
+    "truncated": (lambda: state_after(state_pipeline(), 2)[:150], "not the JSON"),
+    "empty": (lambda: b"", "not the JSON"),
+    "not-utf8": (lambda: b"\x00\xff\xfe", "not the JSON"),
+    "not-json": (lambda: b"hello", "not the JSON"),
+    "json-list": (lambda: b"[1, 2]", "JSON bytes holding an object"),
+    "json-null": (lambda: b"null", "JSON bytes holding an object"),
+    "json-number": (lambda: b"7", "JSON bytes holding an object"),
+    "json-string": (lambda: b'"state"', "JSON bytes holding an object"),
+    "none": (lambda: None, "JSON bytes holding an object"),
+    "int": (lambda: 5, "JSON bytes holding an object"),
+    "list": (lambda: [1], "JSON bytes holding an object"),
+    "too-many-digits": (
+        lambda: b'{"aioloader": {"version": 2, "position": {"index": 1' + b"0" * 5000 + b"}}}",
+        "not the JSON",
+    ),
+    "index-float": (lambda: spoiled(setting("position", "index", 1.5)), r"\['index'\]` must be an int >= 0"),
+    "index-string": (lambda: spoiled(setting("position", "index", "3")), r"\['index'\]` must be an int >= 0"),
+    "index-null": (lambda: spoiled(setting("position", "index", None)), r"\['index'\]` must be an int >= 0"),
+    "index-bool": (lambda: spoiled(setting("position", "index", True)), r"\['index'\]` must be an int >= 0"),
+    "index-huge": (lambda: spoiled(setting("position", "index", 10**30)), r"\['index'\]` must be between 0"),
+    "position-list": (lambda: spoiled(setting("position", [6, 0, 0])), "no 'position'"),
+    "position-missing": (lambda: spoiled(lambda part: part.pop("position")), "no 'position'"),
+    "version-string": (lambda: spoiled(setting("version", "2")), "version 2"),
+    "version-3": (lambda: spoiled(setting("version", 3)), "version 2"),
+    "pipeline-list": (lambda: spoiled(setting("pipeline", [])), "no 'pipeline'"),
+    "operations-string": (lambda: spoiled(setting("pipeline", "operations", "map")), "another operations"),
+    "leftovers-one": (lambda: spoiled(setting("leftovers", [0])), r"\['leftovers'\]` must be a list of two"),
+    "leftovers-string": (
+        lambda: spoiled(setting("leftovers", [6, 7, "x"])),
+        r"\['leftovers'\]` must be a list",
+    ),
+    "leftovers-dict": (lambda: spoiled(setting("leftovers", {"a": 1})), r"\['leftovers'\]` must be a list"),
+    "leftovers-ahead": (lambda: spoiled(setting("leftovers", [7, 8])), "say was delivered already"),
+}
+
+
+@pytest.mark.parametrize("garbage", list(GARBAGE))
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_state_from_nowhere_is_a_value_error_that_says_what_is_wrong(garbage: str, is_async: bool) -> None:
+    make_state, message = GARBAGE[garbage]
+    loader = state_pipeline()
+    iterator = aiter(loader) if is_async else iter(loader)
+    with pytest.raises(ValueError, match=message):
+        iterator.set_state(make_state())
+
+
+def test_the_aioloader_part_of_a_state_must_be_an_object() -> None:
+    document = json.loads(state_after(state_pipeline(), 2))
+    parts: list[Any] = [None, [], "x"]
+    for part in parts:
+        with pytest.raises(ValueError, match="must be a dict made by get_state"):
+            iter(state_pipeline()).set_state(json.dumps({**document, "aioloader": part}).encode())
+
+
+def grain_form(**fields: Any) -> bytes:
+    """A state as Grain's own DataLoader saves it for `state_pipeline()`, with `fields` changed."""
+    document = json.loads(state_after(state_pipeline(), 0))
+    document.pop("aioloader")
+    document.update(fields)
+    return json.dumps(document, indent=4).encode()
+
+
+GRAIN_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
+    "seen-string": ({"last_seen_indices": {"0": "5"}}, r"\['last_seen_indices'\]\['0'\]` must be an index"),
+    "seen-float": ({"last_seen_indices": {"0": 5.0}}, r"\['last_seen_indices'\]\['0'\]` must be an index"),
+    "seen-null": ({"last_seen_indices": {"0": None}}, r"\['last_seen_indices'\]\['0'\]` must be an index"),
+    "seen-before-start": ({"last_seen_indices": {"0": -2}}, "is not an index Grain's worker 0"),
+    "seen-past-end": ({"last_seen_indices": {"0": 30}}, "past the end"),
+    "seen-list": ({"last_seen_indices": [5]}, r"\['last_seen_indices'\]` must map each"),
+    "seen-empty": ({"last_seen_indices": {}}, r"\['last_seen_indices'\]` must map each"),
+    "seen-other-worker": ({"last_seen_indices": {"1": 5}}, r"\['last_seen_indices'\]` must map each"),
+    "seen-too-few-workers": (
+        {"worker_count": 3, "last_seen_indices": {"0": 5}},
+        "must map each of Grain's 3",
+    ),
+    "worker-count-string": ({"worker_count": "0"}, r"\['worker_count'\]` must be an int"),
+    "worker-count-null": ({"worker_count": None}, r"\['worker_count'\]` must be an int"),
+    "last-worker-string": ({"last_worker_index": "x"}, r"\['last_worker_index'\]` must be an int"),
+    "version-1": ({"version": 1}, "has version 1"),
+    "version-missing": ({"version": None}, "has version None"),
+    "other-sampler": (
+        {
+            "sampler": "IndexSampler(num_records=30, shard_options=NoSharding(), shuffle=True, "
+            "num_epochs=1, seed=4)"
+        },
+        "another sampler",
+    ),
+    "other-source": ({"data_source": "RangeDataSource(start=1, stop=31, step=1)"}, "another data_source"),
+    "source-null": ({"data_source": None}, "another data_source"),
+}
+
+
+@pytest.mark.parametrize("field", list(GRAIN_FIELDS))
+def test_a_grain_state_with_a_wrong_field_is_a_value_error_naming_it(field: str) -> None:
+    fields, message = GRAIN_FIELDS[field]
+    with pytest.raises(ValueError, match=message):
+        iter(state_pipeline()).set_state(grain_form(**fields))
+
+
+def test_a_good_grain_state_resumes_where_grain_stopped() -> None:
+    wanted = [plain(b) for b in state_pipeline()]
+    iterator = iter(state_pipeline())
+    iterator.set_state(grain_form(last_seen_indices={"0": 5}))  # records 0..5 delivered: two batches
+    with iterator:
+        assert [plain(b) for b in iterator] == wanted[2:]
+
+
+class Spread(FlatMapTransform):
+    """0 to 3 elements per record, so that records split across batches."""
+
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        return [element * 10 + k for k in range(element % 4)]
+
+
+def spread_pipeline(workers: Workers, num_epochs: int = 2) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, 12),
+        sampler=IndexSampler(12, shuffle=True, num_epochs=num_epochs, seed=2),
+        operations=[Spread(), Batch(5)],
+        worker_count=workers,
+    )
+
+
+async def take_async(iterator: Any, count: int | None = None) -> list[Any]:
+    got: list[Any] = []
+    while count is None or len(got) < count:
+        try:
+            got.append(plain(await anext(iterator)))
+        except StopAsyncIteration:
+            break
+    return got
+
+
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_set_state_back_to_an_earlier_state_in_the_middle_of_a_run(workers: Workers, is_async: bool) -> None:
+    wanted = [plain(b) for b in spread_pipeline(0)]
+    loader = spread_pipeline(workers)
+    if is_async:
+
+        async def run() -> list[Any]:
+            iterator = aiter(loader)
+            head = await take_async(iterator, 3)
+            state = iterator.get_state()
+            await take_async(iterator, 2)
+            iterator.set_state(state)
+            rest = await take_async(iterator)
+            await iterator.aclose()
+            return head + rest
+
+        assert asyncio.run(run()) == wanted
+    else:
+        with iter(loader) as iterator:
+            head = [plain(next(iterator)) for _ in range(3)]
+            state = iterator.get_state()
+            [next(iterator) for _ in range(2)]
+            iterator.set_state(state)
+            assert head + [plain(b) for b in iterator] == wanted
+
+
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_a_state_set_after_start_prefetch_wins(workers: Workers) -> None:
+    wanted = [plain(b) for b in spread_pipeline(0)]
+    state = state_after(spread_pipeline(0), 3)
+    with iter(spread_pipeline(workers)) as iterator:
+        iterator.start_prefetch()
+        iterator.set_state(state)
+        assert [plain(b) for b in iterator] == wanted[3:]
+
+
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_a_state_taken_at_the_very_end_resumes_to_nothing(workers: Workers) -> None:
+    with iter(spread_pipeline(workers)) as iterator:
+        list(iterator)
+        state = iterator.get_state()
+    resumed = iter(spread_pipeline(0))
+    resumed.set_state(state)
+    with resumed:
+        assert list(resumed) == []
+
+
+@pytest.mark.parametrize(("before", "after"), [(0, 2), (2, 0), ("auto", 1), (1, "auto")], ids=str)
+def test_resume_at_every_output_across_the_epoch_boundary(before: Workers, after: Workers) -> None:
+    wanted = [plain(b) for b in spread_pipeline(0)]
+    with iter(spread_pipeline(before)) as iterator:
+        states = [iterator.get_state()]
+        for _ in wanted:
+            next(iterator)
+            states.append(iterator.get_state())
+    for count, state in enumerate(states):
+        resumed = iter(spread_pipeline(after))
+        resumed.set_state(state)
+        with resumed:
+            assert wanted[:count] + [plain(b) for b in resumed] == wanted, f"after {count} outputs"
+
+
+class FailOnce(MapTransform):
+    def __init__(self, bad: int | None) -> None:
+        self.bad = bad
+
+    def map(self, element: Any) -> Any:
+        if element == self.bad:
+            raise ValueError(f"bad {element}")
+        return element
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["records", "flat-map"])
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_the_state_after_an_error_resumes_the_rest_once_fixed(
+    flat: bool, workers: Workers, is_async: bool
+) -> None:
+    def loader(bad: int | None, count: Workers) -> DataLoader:
+        operations = [FailOnce(bad), *([Spread()] if flat else []), Batch(4)]
+        return make(operations, count, shuffle=True, seed=5)
+
+    wanted = [plain(b) for b in loader(None, 0)]
+    bad = IndexSampler(20, num_epochs=1, shuffle=True, seed=5)[9].record_key
+    if is_async:
+
+        async def run() -> tuple[list[Any], BaseException | None, bytes]:
+            iterator = aiter(loader(bad, workers))
+            got: list[Any] = []
+            try:
+                async for batch in iterator:
+                    got.append(plain(batch))
+            except ValueError as caught:
+                return got, caught, iterator.get_state()
+            return got, None, iterator.get_state()
+
+        got, error, state = asyncio.run(run())
+    else:
+        iterator = iter(loader(bad, workers))
+        got, error = [], None
+        try:
+            for batch in iterator:
+                got.append(plain(batch))
+        except ValueError as caught:
+            error = caught
+        state = iterator.get_state()
+    assert str(error) == f"bad {bad}"
+    resumed = iter(loader(None, 2))
+    resumed.set_state(state)
+    with resumed:
+        assert got + [plain(b) for b in resumed] == wanted
+
+
+# 4. Closing from every side.
+
+
+def filtered(workers: Workers, batched: bool, n: int = 200) -> DataLoader:
+    operations: list[Any] = [KeepSome(), Batch(4)] if batched else [KeepSome()]
+    return make(operations, workers, n=n, shuffle=True)
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_close_twice_then_next_and_get_state(batched: bool, workers: Workers) -> None:
+    wanted = [plain(x) for x in filtered(0, batched)]
+    iterator = iter(filtered(workers, batched))
+    assert [plain(next(iterator)) for _ in range(5)] == wanted[:5]
+    state = iterator.get_state()
+    iterator.close()
+    iterator.close()
+    assert iterator.get_state() == state
+    with pytest.raises(StopIteration):
+        next(iterator)
+    assert iterator.get_state() == state
+    assert list(iterator) == []
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_two_iterators_of_one_loader_at_once(batched: bool, workers: Workers) -> None:
+    wanted = [plain(x) for x in filtered(0, batched)]
+    loader = filtered(workers, batched)
+    with iter(loader) as first, iter(loader) as second:
+        one: list[Any] = []
+        two: list[Any] = []
+        for x, y in zip(first, second, strict=False):
+            one.append(plain(x))
+            two.append(plain(y))
+        one += [plain(x) for x in first]
+        two += [plain(y) for y in second]
+    assert one == wanted
+    assert two == wanted
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_a_sync_and_an_async_iterator_of_one_loader_at_once(batched: bool, workers: Workers) -> None:
+    wanted = [plain(x) for x in filtered(0, batched)]
+    loader = filtered(workers, batched)
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        by_async: list[Any] = []
+        with iter(loader) as sync_iterator:
+            by_sync: list[Any] = []
+            async for x in loader:
+                by_async.append(plain(x))
+                by_sync.extend(plain(y) for y in [next(sync_iterator, None)] if y is not None)
+            by_sync += [plain(y) for y in sync_iterator]
+        return by_async, by_sync
+
+    by_async, by_sync = asyncio.run(both())
+    assert by_async == wanted
+    assert by_sync == wanted
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_an_iterator_dropped_in_the_middle_is_collected(batched: bool, workers: Workers) -> None:
+    iterator = iter(filtered(workers, batched))
+    next(iterator)
+    next(iterator)
+    del iterator
+    gc.collect()  # the fixture then checks that every thread was joined
+
+
+class Gate:
+    """Reads from key `first` on wait until `release` is set (5 s at most); `entered` is
+    set by the first of them."""
+
+    def __init__(self, size: int, first: int) -> None:
+        self.size, self.first = size, first
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        if key >= self.first:
+            self.entered.set()
+            self.release.wait(5)
+        return key
+
+
+@pytest.mark.parametrize("batched", BATCHED)
+@pytest.mark.parametrize("first", [0, 10], ids=["at-once", "later"])
+def test_close_from_another_thread_ends_a_waiting_next_with_auto_workers(batched: bool, first: int) -> None:
+    source = Gate(100, first)
+    operations: list[Any] = [KeepSome(), Batch(2)] if batched else [KeepSome()]
+    iterator = iter(make(operations, "auto", source=source, n=100))
+    got: list[Any] = []
+    ended: list[str] = []
+
+    def consume() -> None:
+        got.extend(plain(x) for x in iterator)
+        ended.append("end")
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert source.entered.wait(5)
+    iterator.close()
+    source.release.set()
+    consumer.join(5)
+    assert ended == ["end"]
+    wanted = [plain(x) for x in make(operations, 0, n=100)]
+    assert got == wanted[: len(got)]
+    opened = Gate(100, first)
+    opened.release.set()
+    resumed = iter(make(operations, 2, source=opened, n=100))
+    resumed.set_state(iterator.get_state())  # counts exactly what next() returned
+    with resumed:
+        assert got + [plain(x) for x in resumed] == wanted
+
+
+# 5. The same output for every worker count, and after every resume.
+
+
+class Noise(RandomMapTransform):
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element * 1000 + int(rng.integers(1000))
+
+
+class KeepNoisy(FilterTransform):
+    def filter(self, element: Any) -> bool:
+        return bool((element // 1000) % 3 != 0)
+
+
+class SpreadNoisy(FlatMapTransform):
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        return [element * 10 + k for k in range((element // 1000) % 4)]
+
+
+class BatchNoise(RandomMapTransform):
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element + rng.integers(0, 5, size=np.shape(element))
+
+
+class SplitBatch(FlatMapTransform):
+    def flat_map(self, element: Any) -> Iterable[Any]:
+        cut = (int(element[0]) // 1000) % 3
+        return [element[:cut], element[cut:]]
+
+
+PIPELINES: dict[str, Callable[[bool], list[Any]]] = {
+    "random-filter-flat-batch": lambda drop: [
+        Noise(),
+        KeepNoisy(),
+        SpreadNoisy(),
+        Batch(4, drop_remainder=drop),
+    ],
+    "flat-batch-random": lambda drop: [Noise(), SpreadNoisy(), Batch(3, drop_remainder=drop), BatchNoise()],
+    "batch-flat": lambda drop: [Noise(), Batch(3, drop_remainder=drop), SplitBatch()],
+}
+SHARDS = {
+    "unsharded": NoSharding(),
+    "shard-1-of-3": ShardOptions(1, 3),
+    "shard-0-of-2-drop": ShardOptions(0, 2, drop_remainder=True),
+}
+
+
+def noisy(name: str, drop: bool, shard: str, num_epochs: int, workers: Workers) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, 23),
+        sampler=IndexSampler(23, shuffle=True, num_epochs=num_epochs, seed=7, shard_options=SHARDS[shard]),
+        operations=PIPELINES[name](drop),
+        worker_count=workers,
+    )
+
+
+NOISY = [
+    pytest.param(name, drop, shard, epochs, id=f"{name}-{'drop' if drop else 'keep'}-{shard}-{epochs}epochs")
+    for name in PIPELINES
+    for drop in (False, True)
+    for shard in SHARDS
+    for epochs in (1, 2)
+]
+
+
+@pytest.mark.parametrize(("name", "drop", "shard", "epochs"), NOISY)
+def test_every_worker_count_gives_the_reference_output(
+    name: str, drop: bool, shard: str, epochs: int
+) -> None:
+    sampler = IndexSampler(23, shuffle=True, num_epochs=epochs, seed=7, shard_options=SHARDS[shard])
+    wanted = [canonical(x) for x in reference_outputs(range(23), sampler, PIPELINES[name](drop))]
+    assert wanted
+    for workers in (0, 1, 2, "auto"):
+        for is_async in (False, True):
+            got, error = collect(noisy(name, drop, shard, epochs, workers), is_async)
+            assert error is None
+            assert [canonical(x) for x in got] == wanted, f"worker_count={workers}, async={is_async}"
+
+
+@pytest.mark.parametrize(("name", "drop", "shard", "epochs"), NOISY)
+def test_resume_at_every_position_with_another_worker_count(
+    name: str, drop: bool, shard: str, epochs: int
+) -> None:
+    wanted = [canonical(x) for x in noisy(name, drop, shard, epochs, 0)]
+    pairs: list[tuple[Workers, Workers]] = [(0, 2), (2, 0), ("auto", 1), (1, "auto")]
+    for count in range(len(wanted) + 1):
+        before, after = pairs[count % len(pairs)]
+        with iter(noisy(name, drop, shard, epochs, before)) as iterator:
+            head = [canonical(next(iterator)) for _ in range(count)]
+            state = iterator.get_state()
+        resumed = iter(noisy(name, drop, shard, epochs, after))
+        resumed.set_state(state)
+        with resumed:
+            assert head + [canonical(x) for x in resumed] == wanted, f"resumed after {count} outputs"
+
+
+# 6. Bad arguments: refused at once, naming the parameter.
+
+
+def loader_with(**overrides: Any) -> DataLoader:
+    arguments: dict[str, Any] = {
+        "data_source": RangeDataSource(0, 10),
+        "sampler": IndexSampler(10, num_epochs=1),
+        **overrides,
+    }
+    return DataLoader(**arguments)
+
+
+def call(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
+    """`factory(*args, **kwargs)`, to be called later (its arguments are wrong on purpose)."""
+    return lambda: factory(*args, **kwargs)
+
+
+# name: (what to call, the exception, what its message must say)
+BAD_ARGUMENTS: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
+    "worker_count-str-digit": (
+        call(loader_with, worker_count="2"),
+        ValueError,
+        "`worker_count` must be an int",
+    ),
+    "worker_count-AUTO": (call(loader_with, worker_count="AUTO"), ValueError, "`worker_count`.*'AUTO'"),
+    "worker_count-list": (call(loader_with, worker_count=[2]), TypeError, "`worker_count` must be an int"),
+    "worker_count-bool": (call(loader_with, worker_count=True), TypeError, "`worker_count` must be an int"),
+    "worker_buffer_size-negative": (
+        call(loader_with, worker_buffer_size=-1),
+        ValueError,
+        "`worker_buffer_size`",
+    ),
+    "worker_buffer_size-float": (
+        call(loader_with, worker_buffer_size=1.5),
+        TypeError,
+        "`worker_buffer_size`",
+    ),
+    "worker_buffer_size-None": (
+        call(loader_with, worker_buffer_size=None),
+        TypeError,
+        "`worker_buffer_size`",
+    ),
+    "shard_options-tuple": (call(loader_with, shard_options=(0, 2)), TypeError, "`shard_options` must be"),
+    "shard_options-class": (
+        call(loader_with, shard_options=NoSharding),
+        TypeError,
+        "`shard_options` must be",
+    ),
+    "read_options-class": (call(loader_with, read_options=ReadOptions), TypeError, "`read_options` must be"),
+    "executor-None": (call(loader_with, executor=None), ValueError, "`executor` must be one of"),
+    "executor-list": (call(loader_with, executor=["thread"]), ValueError, "`executor` must be one of"),
+    "device_put-True": (call(loader_with, device_put=True), TypeError, "`device_put` must be"),
+    "memory_limit_bytes-without-auto": (
+        call(loader_with, memory_limit_bytes=10**9),
+        ValueError,
+        "`memory_limit_bytes` bounds",
+    ),
+    "memory_limit_bytes-zero": (
+        call(loader_with, worker_count="auto", memory_limit_bytes=0),
+        ValueError,
+        "`memory_limit_bytes`",
+    ),
+    "memory_limit_bytes-str": (
+        call(loader_with, worker_count="auto", memory_limit_bytes="1G"),
+        TypeError,
+        "`memory_limit_bytes`",
+    ),
+    "operations-None": (call(loader_with, operations=None), TypeError, "`operations` must be a list"),
+    "operations-iterator": (call(loader_with, operations=iter([])), TypeError, "`operations` must be a list"),
+    "operations-dict": (call(loader_with, operations={}), TypeError, "`operations` must be a list"),
+    "operations-None-item": (call(loader_with, operations=[None]), TypeError, r"`operations\[0\]` must be"),
+    "data_source-None": (call(loader_with, data_source=None), TypeError, "`data_source`"),
+    "data_source-short": (call(loader_with, data_source=[1, 2]), ValueError, "`data_source` holds only 2"),
+    "sampler-None": (call(loader_with, sampler=None), TypeError, "`sampler` must have __getitem__"),
+    "num_records-zero": (call(IndexSampler, 0), ValueError, "`num_records`"),
+    "num_records-float": (call(IndexSampler, 1.5), TypeError, "`num_records`"),
+    "num_records-str": (call(IndexSampler, "10"), TypeError, "`num_records`"),
+    "num_records-bool": (call(IndexSampler, True), TypeError, "`num_records`"),
+    "shuffle-int": (call(IndexSampler, 10, shuffle=1, seed=0), TypeError, "`shuffle`"),
+    "shuffle-without-seed": (call(IndexSampler, 10, shuffle=True), ValueError, "`seed`"),
+    "seed-negative": (call(IndexSampler, 10, shuffle=True, seed=-1), ValueError, "`seed`"),
+    "seed-too-large": (call(IndexSampler, 10, shuffle=True, seed=2**32), ValueError, "`seed`"),
+    "seed-float": (call(IndexSampler, 10, shuffle=True, seed=1.0), TypeError, "`seed`"),
+    "seed-bool": (call(IndexSampler, 10, shuffle=True, seed=True), TypeError, "`seed`"),
+    "num_epochs-zero": (call(IndexSampler, 10, num_epochs=0), ValueError, "`num_epochs`"),
+    "num_epochs-float": (call(IndexSampler, 10, num_epochs=1.0), TypeError, "`num_epochs`"),
+    "sampler-shard_options-tuple": (
+        call(IndexSampler, 10, shard_options=(0, 2)),
+        TypeError,
+        "`shard_options`",
+    ),
+    "sequential-num_records-zero": (call(SequentialSampler, 0), ValueError, "`num_records`"),
+    "sequential-seed-negative": (call(SequentialSampler, 10, seed=-1), ValueError, "`seed`"),
+    "shard_index-negative": (call(ShardOptions, -1, 2), ValueError, "`shard_index`"),
+    "shard_index-too-large": (call(ShardOptions, 2, 2), ValueError, "`shard_index`"),
+    "shard_index-float": (call(ShardOptions, 0.0, 2), TypeError, "`shard_index`"),
+    "shard_count-zero": (call(ShardOptions, 0, 0), ValueError, "`shard_count`"),
+    "shard_count-str": (call(ShardOptions, 0, "2"), TypeError, "`shard_count`"),
+    "batch_size-negative": (call(Batch, -1), ValueError, "`batch_size`"),
+    "batch_size-float": (call(Batch, 2.0), TypeError, "`batch_size`"),
+    "batch_size-bool": (call(Batch, True), TypeError, "`batch_size`"),
+    "batch_size-None": (call(Batch, None), TypeError, "`batch_size`"),
+    "drop_remainder-None": (call(Batch, 2, drop_remainder=None), TypeError, "`drop_remainder`"),
+    "drop_remainder-str": (call(Batch, 2, drop_remainder="False"), TypeError, "`drop_remainder`"),
+    "batch_fn-int": (call(Batch, 2, batch_fn=1), TypeError, "`batch_fn`"),
+    "num_threads-float": (call(ReadOptions, num_threads=1.5), TypeError, "`num_threads`"),
+    "num_threads-None": (call(ReadOptions, num_threads=None), TypeError, "`num_threads`"),
+    "num_threads-bool": (call(ReadOptions, num_threads=True), TypeError, "`num_threads`"),
+    "prefetch_buffer_size-float": (
+        call(ReadOptions, prefetch_buffer_size=1.5),
+        TypeError,
+        "`prefetch_buffer_size`",
+    ),
+    "prefetch_buffer_size-None": (
+        call(ReadOptions, prefetch_buffer_size=None),
+        TypeError,
+        "`prefetch_buffer_size`",
+    ),
+    "device_put-buffer_size-zero": (call(DevicePut, buffer_size=0), ValueError, "`buffer_size`"),
+    "device_put-buffer_size-str": (call(DevicePut, buffer_size="2"), TypeError, "`buffer_size`"),
+    "range-start-str": (call(RangeDataSource, "0", 10), TypeError, "`start`"),
+    "range-stop-float": (call(RangeDataSource, 0, 1.5), TypeError, "`stop`"),
+    "range-step-None": (call(RangeDataSource, 0, 10, None), TypeError, "`step`"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
+def test_a_bad_argument_is_refused_at_once_naming_it(case: str) -> None:
+    make_it, error, message = BAD_ARGUMENTS[case]
+    with pytest.raises(error, match=message):
+        make_it()
+
+
+@pytest.mark.parametrize(
+    ("read_options", "worker_buffer_size"),
+    [(ReadOptions(0, 0), 0), (ReadOptions(1, 0), 0), (ReadOptions(0, 1), 1), (ReadOptions(16, 16), 0)],
+    ids=["all-zero", "threads-no-buffer", "buffer-no-threads", "no-worker-buffer"],
+)
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_the_smallest_buffers_change_nothing(
+    read_options: ReadOptions, worker_buffer_size: int, workers: Workers, is_async: bool
+) -> None:
+    def loader(count: Workers, options: ReadOptions | None = None, buffer: int = 1) -> DataLoader:
+        return DataLoader(
+            data_source=RangeDataSource(0, 50),
+            sampler=IndexSampler(50, num_epochs=2, shuffle=True, seed=0),
+            operations=[Spread(), KeepSome(), Batch(3)],
+            worker_count=count,
+            worker_buffer_size=buffer,
+            read_options=options,
+        )
+
+    wanted = [plain(b) for b in loader(0)]
+    got, error = collect(loader(workers, read_options, worker_buffer_size), is_async)
+    assert error is None
+    assert [plain(b) for b in got] == wanted
