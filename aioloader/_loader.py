@@ -222,6 +222,10 @@ def _check_memory_limit(limit: Any, worker_count: Any) -> int | None:
 
 
 def _check_sampler(sampler: Any, source_length: int) -> None:
+    if isinstance(sampler, type):
+        raise TypeError(
+            f"`sampler` is the class {sampler.__name__}, not an instance: write {sampler.__name__}(...)."
+        )
     if not callable(getattr(sampler, "__getitem__", None)):
         raise TypeError(
             f"`sampler` must have __getitem__(index) -> RecordMetadata (an IndexSampler, a "

@@ -989,6 +989,38 @@ def test_resume_at_every_position_with_another_worker_count(
 # 6. Bad arguments: refused at once, naming the parameter.
 
 
+class Sized:
+    """A source whose `__len__` says `length`, whatever that is."""
+
+    def __init__(self, length: Any) -> None:
+        self.length = length
+
+    def __len__(self) -> Any:
+        return self.length
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+
+class AsyncKeep(FilterTransform):
+    async def filter(self, element: Any) -> bool:  # type: ignore[override]
+        return True
+
+
+class AsyncNoise(RandomMapTransform):
+    async def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element
+
+
+class AsyncSpread(FlatMapTransform):
+    async def flat_map(self, element: Any) -> Any:
+        return [element]
+
+
+async def async_stack(elements: list[Any]) -> Any:
+    return np.stack(elements)
+
+
 def loader_with(**overrides: Any) -> DataLoader:
     arguments: dict[str, Any] = {
         "data_source": RangeDataSource(0, 10),
@@ -1109,6 +1141,50 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "range-start-str": (call(RangeDataSource, "0", 10), TypeError, "`start`"),
     "range-stop-float": (call(RangeDataSource, 0, 1.5), TypeError, "`stop`"),
     "range-step-None": (call(RangeDataSource, 0, 10, None), TypeError, "`step`"),
+    # Found by the review, and fixed: each was accepted, or failed naming nothing.
+    "data_source-len-float": (call(loader_with, data_source=Sized(10.0)), TypeError, r"`len\(data_source\)`"),
+    "data_source-len-negative": (
+        call(loader_with, data_source=Sized(-1)),
+        ValueError,
+        r"`len\(data_source\)`",
+    ),
+    "data_source-len-huge": (
+        call(loader_with, data_source=Sized(2**70)),
+        ValueError,
+        r"`len\(data_source\)`",
+    ),
+    "data_source-class": (
+        call(loader_with, data_source=RangeDataSource),
+        TypeError,
+        "is the class RangeDataSource",
+    ),
+    "sampler-class": (
+        call(loader_with, sampler=IndexSampler),
+        TypeError,
+        "`sampler` is the class IndexSampler",
+    ),
+    "operations-transform-class": (
+        call(loader_with, operations=[AddOne]),
+        TypeError,
+        r"`operations\[0\]` is the class AddOne, not an instance: write AddOne\(\)",
+    ),
+    "operations-batch-class": (call(loader_with, operations=[Batch]), TypeError, "is the class Batch"),
+    "async-filter": (call(loader_with, operations=[AsyncKeep()]), TypeError, "must not be `async def`"),
+    "async-random_map": (call(loader_with, operations=[AsyncNoise()]), TypeError, "must not be `async def`"),
+    "async-flat_map": (call(loader_with, operations=[AsyncSpread()]), TypeError, "must not be `async def`"),
+    "async-batch_fn": (call(Batch, 2, batch_fn=async_stack), TypeError, "`batch_fn` must not be"),
+    "shard-drop_remainder-int": (call(ShardOptions, 0, 2, drop_remainder=1), TypeError, "`drop_remainder`"),
+    "shard-drop_remainder-str": (
+        call(ShardOptions, 0, 2, drop_remainder="no"),
+        TypeError,
+        "`drop_remainder`",
+    ),
+    "num_records-past-int64": (
+        call(IndexSampler, 2**64 + 3, shuffle=True, seed=0),
+        ValueError,
+        "`num_records`",
+    ),
+    "num_epochs-past-int64": (call(IndexSampler, 2**40, num_epochs=2**30), ValueError, "`num_epochs`"),
 }
 
 
@@ -1142,3 +1218,216 @@ def test_the_smallest_buffers_change_nothing(
     got, error = collect(loader(workers, read_options, worker_buffer_size), is_async)
     assert error is None
     assert [plain(b) for b in got] == wanted
+
+
+# 7. Found by the review, and fixed.
+
+
+def test_numpy_ints_and_bools_are_taken_as_grain_takes_them() -> None:
+    """`Batch(np.int64(4))` and friends: stored as Python's, so that a state is still JSON."""
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 20),
+        sampler=IndexSampler(np.int64(20), ShardOptions(np.int64(0), np.int64(1)), num_epochs=np.int64(1)),
+        operations=[Batch(np.int64(4), drop_remainder=np.bool_(True))],
+        worker_count=np.int64(2),
+        read_options=ReadOptions(np.int64(4), np.int64(8)),
+    )
+    with iter(loader) as iterator:
+        assert [plain(b) for b in iterator] == [list(range(i, i + 4)) for i in range(0, 20, 4)]
+        assert json.loads(iterator.get_state())["aioloader"]["position"]["index"] == 20
+    assert type(Batch(np.int64(4)).batch_size) is int
+
+
+def test_a_state_does_not_resume_on_another_range_of_the_same_length() -> None:
+    first = state_after(make([Batch(3)], source=RangeDataSource(0, 30), n=30), 2)
+    with pytest.raises(ValueError, match="another data_source"):
+        iter(make([Batch(3)], source=RangeDataSource(100, 130), n=30)).set_state(first)
+
+
+class Tagged(Exception):
+    """An exception whose `__notes__` is a tuple: `add_note` refuses it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.__notes__ = ("from the tokenizer",)
+
+
+class RaisesTagged(MapTransform):
+    def map(self, element: Any) -> Any:
+        if element == 6:
+            raise Tagged("bad record 6")
+        return element
+
+
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_an_error_that_refuses_notes_still_arrives_in_its_place(workers: Workers, is_async: bool) -> None:
+    got, error = collect(make([RaisesTagged()], workers), is_async)
+    assert got == list(range(6))
+    assert type(error) is Tagged
+    assert str(error) == "bad record 6"
+    assert "from the tokenizer" in notes(error)
+    assert "index=6, record_key=6" in notes(error)
+
+
+class Fan(FlatMapTransform):
+    max_fan_out = 3
+
+    def flat_map(self, element: Any) -> Any:
+        return range(element % 5)
+
+
+@pytest.mark.parametrize(("workers", "is_async"), MODES)
+def test_max_fan_out_bounds_a_records_elements(workers: Workers, is_async: bool) -> None:
+    got, error = collect(make([Fan()], workers), is_async)
+    assert got == [0, 0, 1, 0, 1, 2]  # records 0..3; record 4 gives 4 elements
+    assert type(error) is ValueError
+    assert "more than max_fan_out=3" in str(error)
+    assert "index=4, record_key=4" in notes(error)
+
+
+class Forever(FlatMapTransform):
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Forever:
+        return self
+
+    def flat_map(self, element: Any) -> Any:
+        self.started.set()
+        while True:
+            yield element
+
+
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_close_from_another_thread_stops_a_flat_map_without_end(workers: Workers) -> None:
+    forever = Forever()
+    iterator = iter(make([forever], workers))
+    outcome: list[Any] = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(iterator, "ended")))
+    consumer.start()
+    assert forever.started.wait(10)
+    iterator.close()
+    consumer.join(10)
+    assert not consumer.is_alive(), "next() still runs the generator after close()"
+    assert outcome == ["ended"]
+
+
+@pytest.mark.parametrize("where", ["map", "source"])
+def test_close_from_another_thread_ends_an_await_at_worker_count_0(where: str) -> None:
+    """`for` at `worker_count=0` awaits on a private loop: close() cancels the await."""
+    entered = threading.Event()
+
+    class Hangs:
+        def __len__(self) -> int:
+            return 20
+
+        def __getitem__(self, key: int) -> int:
+            return key
+
+        async def aget(self, key: int) -> int:
+            return await self.map(key)
+
+        async def map(self, element: int) -> int:
+            if element == 3:
+                entered.set()
+                await asyncio.sleep(60)
+            return element
+
+    hangs = Hangs()
+    operations = [hangs.map] if where == "map" else []
+    source = RangeDataSource(0, 20) if where == "map" else hangs
+    iterator = iter(make(operations, 0, source))
+    outcome: list[Any] = []
+    consumer = threading.Thread(target=lambda: outcome.append(list(iterator)))
+    consumer.start()
+    assert entered.wait(10)
+    iterator.close()
+    consumer.join(10)
+    assert not consumer.is_alive(), "next() still awaits after close()"
+    assert len(outcome) == 1
+    assert outcome[0] == list(range(len(outcome[0])))
+
+
+def test_a_grain_state_claiming_countless_workers_is_refused_at_once() -> None:
+    loader = make([])
+    with iter(loader) as iterator:
+        document = json.loads(iterator.get_state())
+    grain = {key: value for key, value in document.items() if key != "aioloader"}
+    for count, message in [(10**12, "last_seen_indices"), (-1, "worker_count")]:
+        with iter(loader) as iterator, pytest.raises(ValueError, match=message):
+            iterator.set_state(json.dumps({**grain, "worker_count": count}).encode())
+
+
+def test_a_state_nested_past_the_parsers_depth_is_a_value_error() -> None:
+    with iter(make([])) as iterator, pytest.raises(ValueError, match="is not the JSON"):
+        iterator.set_state(b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_get_state_from_another_thread_while_the_consumer_iterates(workers: Workers) -> None:
+    """A checkpointing or monitoring thread: every state it reads is one the run passes."""
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 3000),
+        sampler=IndexSampler(3000, num_epochs=1, shuffle=True, seed=1),
+        operations=[Spread(), Batch(3)],
+        worker_count=workers,
+    )
+    iterator = iter(loader)
+    done, seen, failures = threading.Event(), list[int](), list[BaseException]()
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                seen.append(json.loads(iterator.get_state())["aioloader"]["position"]["index"])
+            except BaseException as error:
+                failures.append(error)
+                return
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for _ in iterator:
+            pass
+    finally:
+        done.set()
+        poller.join()
+    assert failures == []
+    assert seen == sorted(seen)  # the position never goes back
+
+
+class Returns:
+    """A source whose `__getitems__` returns `what` for the keys."""
+
+    def __init__(self, what: Callable[[list[int]], Any]) -> None:
+        self.what = what
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+    def __getitems__(self, keys: list[int]) -> Any:
+        return self.what(keys)
+
+
+@pytest.mark.parametrize(
+    "what",
+    [lambda keys: {k: k for k in keys}, lambda keys: None, lambda keys: set(keys), lambda keys: "ab"],
+    ids=["dict", "None", "set", "str"],
+)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_getitems_that_returns_no_sequence_of_records_fails_naming_it(
+    what: Callable[[list[int]], Any], workers: Workers
+) -> None:
+    got, error = collect(make([], workers, Returns(what)), False)
+    assert got == []
+    assert type(error) is TypeError
+    assert "Returns.__getitems__ must return a sequence of records" in str(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_getitems_may_return_an_array_of_records(workers: Workers) -> None:
+    got, error = collect(make([], workers, Returns(lambda keys: np.asarray(keys) * 10)), False)
+    assert error is None
+    assert got == [10 * k for k in range(20)]

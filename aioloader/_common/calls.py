@@ -94,21 +94,17 @@ class Interrupt(Exception):
 
 async def guarded(awaitable: Awaitable[T]) -> T:
     """`await awaitable` (the user's code); what `Interrupt` carries comes out as one."""
-    try:
-        return await awaitable
-    except BaseException as error:
-        if isinstance(error, (KeyboardInterrupt, SystemExit)) or _cancelled_by_itself(error):
-            raise Interrupt(error) from error
-        raise
-
-
-def _cancelled_by_itself(error: BaseException) -> bool:
-    """A CancelledError while nobody asked the running task to cancel: the awaited code
-    raised it, the loader did not cancel it."""
     import asyncio  # loaded already: this runs on an event loop
 
-    task = asyncio.current_task()
-    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() == 0
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as error:
+        raise Interrupt(error) from error
+    except asyncio.CancelledError as error:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() == 0:  # nobody cancelled it: the code raised it
+            raise Interrupt(error) from error
+        raise
 
 
 def not_data(result: Any) -> bool:

@@ -10,9 +10,22 @@ the iteration as if the data were over.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from aioloader._common.calls import stray_stop
+
+
+def note(error: BaseException, text: str) -> None:
+    """`error.add_note(text)`, which must not fail: the user's error is what the consumer
+    needs. An exception whose `__notes__` is not a list (a tuple breaks `add_note`) gets a
+    list with the note added; one that takes no attribute travels without the note."""
+    try:
+        error.add_note(text)
+    except Exception:
+        # If it cannot hold a note either, its type, message and traceback still tell.
+        with contextlib.suppress(Exception):
+            error.__notes__ = [*getattr(error, "__notes__", ()), text]
 
 
 @dataclass
@@ -25,12 +38,12 @@ class Failure:
     def at_record(cls, error: BaseException, what: str, index: int, key: int | None) -> Failure:
         """An error of `what` (a read, or an operation's label) on one record."""
         error = stray_stop(error, what)
-        error.add_note(f"aioloader: {what} failed on the record with index={index}, record_key={key}")
+        note(error, f"aioloader: {what} failed on the record with index={index}, record_key={key}")
         return cls(error)
 
     @classmethod
     def at_batch(cls, error: BaseException, what: str, first: int, last: int) -> Failure:
         """An error of `what` on the batch of records with indices `first..last`."""
         error = stray_stop(error, what)
-        error.add_note(f"aioloader: {what} failed on the batch of records with index={first}..{last}")
+        note(error, f"aioloader: {what} failed on the batch of records with index={first}..{last}")
         return cls(error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import int_field
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class ReadOptions:
     prefetch_buffer_size: int = 500
 
     def __post_init__(self) -> None:
-        require_int("num_threads", self.num_threads, minimum=0)
-        require_int("prefetch_buffer_size", self.prefetch_buffer_size, minimum=0)
+        int_field(self, "num_threads", minimum=0)
+        int_field(self, "prefetch_buffer_size", minimum=0)
         if 0 < self.prefetch_buffer_size < self.num_threads:
             # Grain's words, so that a port's logs read the same. Imported here:
             # `import aioloader` leaves logging out (several ms on 3.13t).
@@ -69,7 +69,7 @@ class MultiprocessingOptions:
     enable_profiling: bool = False
 
     def __post_init__(self) -> None:
-        require_int("num_workers", self.num_workers, minimum=0)
-        require_int("per_worker_buffer_size", self.per_worker_buffer_size, minimum=1)
+        int_field(self, "num_workers", minimum=0)
+        int_field(self, "per_worker_buffer_size", minimum=1)
         if not isinstance(self.enable_profiling, bool):
             raise TypeError(f"`enable_profiling` must be a bool, got {self.enable_profiling!r}.")

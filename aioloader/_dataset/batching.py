@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aioloader._common.failures import note
 from aioloader._common.validation import require_bool, require_int
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.functions import add_note
@@ -56,7 +57,7 @@ class BatchMapDataset(MapDataset[Any]):
             return self._combine(elements)
         except Exception as error:
             add_note(error, f"batch({self._size})", index)
-            error.add_note(f"(elements {bounds.start}..{bounds.stop - 1} of the parent)")
+            note(error, f"(elements {bounds.start}..{bounds.stop - 1} of the parent)")
             raise
 
     def _getitems(self, indices: Sequence[int]) -> list[Any]:

@@ -10,12 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from aioloader._common.failures import note
 from aioloader._operations.transforms import (
     FilterTransform,
     MapTransform,
     MapWithIndexTransform,
     RandomMapTransform,
+    is_async,
     is_grain,
+    refuse_class,
 )
 
 # What each dataset method accepts: aioloader's base class, Grain's class name, the method.
@@ -31,21 +34,30 @@ def resolve(kind: str, transform: Any) -> tuple[Callable[..., Any], str]:
     """The function to call for `transform`, and a name for messages (`Tokenize.map`).
 
     A transform object gives its bound method; any other callable is called as it is.
+    The Dataset API awaits nothing: an `async def` function is a TypeError.
     """
     base, grain_name, method = _KINDS[kind]
+    refuse_class("transform", transform)
     if isinstance(transform, base) or is_grain(transform, grain_name):
-        return getattr(transform, method), f"{type(transform).__name__}.{method}"
-    if callable(transform):
-        return transform, getattr(transform, "__qualname__", type(transform).__name__)
-    raise TypeError(
-        f"`transform` of `{kind}` must be a {base.__name__} (aioloader's or Grain's) or a callable, "
-        f"got {transform!r}."
-    )
+        function, what = getattr(transform, method), f"{type(transform).__name__}.{method}"
+    elif callable(transform):
+        function, what = transform, getattr(transform, "__qualname__", type(transform).__name__)
+    else:
+        raise TypeError(
+            f"`transform` of `{kind}` must be a {base.__name__} (aioloader's or Grain's) or a callable, "
+            f"got {transform!r}."
+        )
+    if is_async(function):
+        raise TypeError(
+            f"`transform` of `{kind}` ({what}) must not be `async def`: the Dataset API awaits nothing "
+            "(a DataLoader's operations may hold an async map)."
+        )
+    return function, what
 
 
 def add_note(error: BaseException, what: str, index: int) -> None:
     """Name the transform and the element's index under the user's traceback (PEP 678)."""
-    error.add_note(f"aioloader: {what} failed on the element at index {index}")
+    note(error, f"aioloader: {what} failed on the element at index {index}")
 
 
 def derive_seed(node: Any) -> int | None:

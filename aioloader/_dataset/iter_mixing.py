@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from aioloader._common.failures import note
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.mixing import integer_proportions, require_weights, select_by_proportions
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, require_count, state_fields
@@ -61,7 +62,7 @@ class MixStage(Stage[Any]):
         except BaseException as error:
             self._stopped = True  # the end of any input is the end of the mix
             if not isinstance(error, StopIteration):
-                error.add_note(f"aioloader: raised by input {self._name(which)} of IterDataset.mix")
+                note(error, f"aioloader: raised by input {self._name(which)} of IterDataset.mix")
             raise
 
     def _name(self, which: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import require_int, require_len
 from aioloader._dataset.base import Indexable, MapDataset
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ class SourceMapDataset(MapDataset[T]):
                 f"got {type(source).__name__}."
             )
         self._source = source
-        self._length = require_int("len(source)", len(source), minimum=0)
+        self._length = require_len("source", source)
         many = getattr(source, "__getitems__", None)
         self._read_many = many if callable(many) else None
 

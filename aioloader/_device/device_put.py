@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aioloader._common.calls import stray_stop
-from aioloader._common.failures import Failure
+from aioloader._common.failures import Failure, note
 from aioloader._common.positions import Position
-from aioloader._common.validation import require_int
+from aioloader._common.validation import int_field
 from aioloader._device.handoff import Handoff
 from aioloader._executors.threads import aclose_elsewhere
 from aioloader._observability.meter import Meter
@@ -50,7 +50,7 @@ class DevicePut:
     buffer_size: int = 2
 
     def __post_init__(self) -> None:
-        require_int("buffer_size", self.buffer_size, minimum=1)
+        int_field(self, "buffer_size", minimum=1)
         if self.sharding is not None:
             import jax
 
@@ -78,9 +78,10 @@ class DevicePut:
                     return jax.make_array_from_process_local_data(self.sharding, leaf)  # type: ignore[no-untyped-call]
                 return jax.device_put(leaf, self.sharding)
             except Exception as error:
-                error.add_note(
+                note(
+                    error,
                     f"aioloader: device_put failed on leaf {jax.tree_util.keystr(path) or '(the batch)'} "
-                    f"of the output just before position {_describe(position)}"
+                    f"of the output just before position {_describe(position)}",
                 )
                 raise
 

@@ -17,6 +17,7 @@ hand-off, and paying for them would cost the debug mode its plain-loop speed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,9 +85,9 @@ def _run_stage(program: Program, stage: Stage, job: Any) -> Generator[Any, Any, 
     return work.payload, work.seconds, work.wall
 
 
-def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
-    """The outputs of `steps`, awaiting its requests on a private event loop if it makes any."""
-    runner: asyncio.Runner | None = None
+def run_inline(steps: Steps, awaits: InlineAwaits | None = None) -> Generator[Outputs, None, None]:
+    """The outputs of `steps`, awaiting its requests on `awaits`' private event loop."""
+    awaits = awaits or InlineAwaits()
     try:
         answer: Any = None
         while True:
@@ -95,21 +96,63 @@ def run_inline(steps: Steps) -> Generator[Outputs, None, None]:
             except StopIteration:
                 return
             if isinstance(step, Await):
-                import asyncio
-
-                runner = runner or asyncio.Runner()
-                try:
-                    answer = runner.run(step.coroutine)
-                except Interrupt as carried:
-                    raise carried.error from None
+                answer = awaits.run(step.coroutine)
             else:
                 answer = None
                 yield step
                 del step
     finally:
         steps.close()
-        if runner is not None:
-            runner.close()
+        awaits.close()
+
+
+class InlineAwaits:
+    """The private event loop on which `for` at `worker_count=0` awaits the async segments,
+    made with the first of them; `cancel()`, from any thread (a `close()` while `next()`
+    awaits), ends the await in progress with `Stopped`."""
+
+    def __init__(self) -> None:
+        self._runner: asyncio.Runner | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """`coroutine`'s result, awaited here; an `Interrupt` is raised as what it carries."""
+        import asyncio
+
+        self._runner = self._runner or asyncio.Runner()
+        try:
+            return self._runner.run(self._tracked(coroutine))
+        except Interrupt as carried:
+            raise carried.error from None
+        except asyncio.CancelledError:
+            if self._cancelled:
+                raise Stopped from None
+            raise
+
+    async def _tracked(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        import asyncio
+
+        self._task = asyncio.current_task()
+        try:
+            if self._cancelled:  # cancelled before this await began
+                coroutine.close()
+                raise Stopped
+            return await coroutine
+        finally:
+            self._task = None
+
+    def cancel(self) -> None:
+        """Cancel the await in progress, if any, and every later one (any thread)."""
+        self._cancelled = True
+        task, runner = self._task, self._runner
+        if task is not None and runner is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing awaits
+                runner.get_loop().call_soon_threadsafe(task.cancel)
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
 
 
 class AsyncInline:

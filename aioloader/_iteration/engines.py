@@ -23,7 +23,7 @@ from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.autoscale import AutoReads
-from aioloader._executors.inline import AsyncInline, Steps, inline_steps, run_inline
+from aioloader._executors.inline import AsyncInline, InlineAwaits, Steps, inline_steps, run_inline
 from aioloader._executors.interpreter.executor import interpreter_runner
 from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
 from aioloader._executors.tuning import Tuner
@@ -228,7 +228,8 @@ class InlineEngine:
         self._program = program = spec.program(None)
         self._shutdown = program.shutdown
         steps, self._early = _inline(program, spec, position, prefetch)
-        self._outputs = run_inline(steps)
+        self._awaits = InlineAwaits()
+        self._outputs = run_inline(steps, self._awaits)
         self._device_put = spec.device_put
         self._lock = threading.Lock()
         self._running = self._closed = False
@@ -264,6 +265,7 @@ class InlineEngine:
         with self._lock:
             self._closed = True
             if self._running:
+                self._awaits.cancel()  # an await in progress would not see the shutdown
                 return  # `next()` in another thread stops soon, and closes the generator
         self._finish()
 

@@ -79,10 +79,18 @@ def read_grain_state(document: dict[str, Any], names: GrainNames, length: int | 
     sampler or source, or its indices are not those of this loader's shard.
     """
     _check_names(document, names)
-    workers = max(_int_field(document, "worker_count"), 1)
+    workers = _int_field(document, "worker_count")
+    if workers < 0:
+        raise ValueError(f"`state['worker_count']` must be an int >= 0, got {workers}.")
+    workers = max(workers, 1)  # Grain's worker_count=0 reads as one worker
     _int_field(document, "last_worker_index")
     seen = document.get("last_seen_indices")
-    if not isinstance(seen, dict) or sorted(seen) != sorted(str(w) for w in range(workers)):
+    # Its size first: a damaged `worker_count` must not cost a string per claimed worker.
+    if (
+        not isinstance(seen, dict)
+        or len(seen) != workers
+        or sorted(seen) != sorted(str(w) for w in range(workers))
+    ):
         raise ValueError(
             f"`state['last_seen_indices']` must map each of Grain's {workers} workers ('0', '1', ...) to "
             f"an index, got {seen!r:.200}."

@@ -65,6 +65,10 @@ class _Cursor(Generic[E]):
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.consumer: int | None = None  # the thread that last asked for outputs
         self.holder: EngineHolder[E] = EngineHolder()
+        # Guards `base`, `items`, `after` and `current` together: `get_state()` and
+        # `statistics()` may read the position from any thread while the consumer moves
+        # to the next `Outputs` (the consumer's `next()` on `current` takes no lock).
+        self._view = threading.Lock()
         self.reset((0, 0, 0))
         self.started()
 
@@ -101,28 +105,31 @@ class _Cursor(Generic[E]):
         return self.holder.closed
 
     def reset(self, position: Position) -> None:
-        self.base = position
-        self.items: list[Any] = []
-        self.after: Sequence[Position] = ()
-        self.current: Iterator[Any] = iter(_EMPTY)
+        with self._view:
+            self.base = position
+            self.items: list[Any] = []
+            self.after: Sequence[Position] = ()
+            self.current: Iterator[Any] = iter(_EMPTY)
         self.weight = 0
         self.failure: Failure | None = None
 
     def position(self) -> Position:
-        """The position just past the last output delivered."""
+        """The position just past the last output delivered (any thread)."""
+        with self._view:
+            return self._position()
+
+    def _position(self) -> Position:
+        """`position()`, holding the view's lock."""
         delivered = len(self.items) - operator.length_hint(self.current)
         return self.after[delivered - 1] if delivered else self.base
 
     def load(self, outputs: Outputs, weight: int) -> Iterator[Any]:
         """Make `outputs` the current ones (after `finish_outputs`); return their iterator."""
-        self.items, self.after, self.failure, self.weight = (
-            outputs.items,
-            outputs.after,
-            outputs.failure,
-            weight,
-        )
-        self.current = iter(self.items)
-        return self.current
+        with self._view:
+            self.items, self.after = outputs.items, outputs.after
+            self.current = current = iter(self.items)
+        self.failure, self.weight = outputs.failure, weight
+        return current
 
     def load_unless_closed(self, found: tuple[Outputs, int] | None) -> Iterator[Any] | None:
         """`load(*found)`, unless `found` is None (the end) or the iterator was closed
@@ -141,17 +148,21 @@ class _Cursor(Generic[E]):
         what lets a window of one job make progress, and dropping our
         references keeps two `Outputs` from being alive at once.
         """
-        delivered = self._delivered()
-        self.base = self.position()
-        self.items, self.after, self.current = [], (), iter(_EMPTY)
+        with self._view:
+            delivered = self._delivered_holding()
+            self.base = self._position()
+            self.items, self.after, self.current = [], (), iter(_EMPTY)
         self._count_delivered(delivered)
         weight, self.weight = self.weight, 0
         return weight
 
     def _delivered(self) -> int:
         """The outputs taken from the current `Outputs` (any thread: a moment's view)."""
-        items, current = self.items, self.current
-        return max(0, len(items) - operator.length_hint(current))
+        with self._view:
+            return self._delivered_holding()
+
+    def _delivered_holding(self) -> int:
+        return max(0, len(self.items) - operator.length_hint(self.current))
 
     def _count_delivered(self, delivered: int) -> None:
         """Count `delivered` outputs, once they have left the current `Outputs` (so that a
@@ -185,9 +196,10 @@ class _Cursor(Generic[E]):
         if engine is not running:  # made meanwhile
             self.keep_final(engine)
         if not elsewhere:
-            self.base = self.position()
-            delivered = self._delivered()
-            self.items.clear()
+            with self._view:
+                self.base = self._position()
+                delivered = self._delivered_holding()
+                self.items.clear()
             self.finish_outputs()
             self._count_delivered(delivered)
         return engine

@@ -16,6 +16,7 @@ dict that aioloader's `get_state()` returned before (versions 1 and 2).
 from __future__ import annotations
 
 import abc
+import operator
 from typing import Any
 
 from aioloader._common.positions import Position
@@ -26,6 +27,7 @@ from aioloader._iteration.grain_state import (
     normalized,
     read_grain_state,
 )
+from aioloader._sources.protocols import same_source
 
 STATE_VERSION = 2
 # Version 1 states were written before the samplers took Grain's shuffle and
@@ -90,7 +92,7 @@ def _document(state: Any) -> dict[str, Any]:
     if isinstance(state, bytes | bytearray | str):
         try:
             document = json.loads(state)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # nested past the parser's depth: not ours either
             raise ValueError(f"`state` is not the JSON that get_state() returns: {error}.") from None
     if not isinstance(document, dict):
         raise ValueError(
@@ -115,7 +117,8 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
     if state["version"] == _OLD_VERSION:
         _check_old_order(theirs.get("sampler"))
     for part in ("sampler", "data_source", "operations"):
-        if theirs.get(part) != pipeline[part]:
+        same = same_source if part == "data_source" else operator.eq
+        if not same(theirs.get(part), pipeline[part]):
             raise ValueError(
                 f"`state` was made by a pipeline with another {part}: {theirs.get(part)!r}, "
                 f"but this loader's {part} is {pipeline[part]!r}."

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -171,18 +171,43 @@ def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
 
 def _flat_map(op: Op, run: Run, shutdown: Shutdown) -> None:
     fn = op.function()
+    limit = _max_fan_out(op)
     out: list[Any] = []
     origins: list[int] = []
     for j, (element, origin) in enumerate(zip(run.items, run.origin_list(), strict=True)):
         shutdown.check()
         try:
-            produced = list(fn(element))
+            produced = _fan_out(fn(element), limit, shutdown)
         except Exception as error:
             run.fail(j, error, op.label)
             break
         out += produced
         origins += [origin] * len(produced)
     run.items, run.origins = out, origins
+
+
+_FAN_OUT_STEP = 1024  # elements of one record taken between two checks of the shutdown
+
+
+def _fan_out(elements: Iterable[Any], limit: int | None, shutdown: Shutdown) -> list[Any]:
+    """The elements of one record, taken in slices so that a close stops a generator
+    without end (`Stopped`), and no more than `limit` of them (ValueError past it)."""
+    source, taken = iter(elements), list[Any]()
+    while True:
+        wanted = _FAN_OUT_STEP if limit is None else min(_FAN_OUT_STEP, limit + 1 - len(taken))
+        piece = list(itertools.islice(source, wanted))
+        taken += piece
+        if limit is not None and len(taken) > limit:
+            raise ValueError(f"a record gave more than max_fan_out={limit} elements")
+        if len(piece) < wanted:
+            return taken
+        shutdown.check()
+
+
+def _max_fan_out(op: Op) -> int | None:
+    """The transform's `max_fan_out` (Grain's attribute), if it has an int one."""
+    limit = getattr(op.target, "max_fan_out", None)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None
 
 
 def _kept(op: Op, verdict: Any) -> bool:

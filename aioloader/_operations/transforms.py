@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.validation import require_bool, require_int
+from aioloader._common.validation import bool_field, int_field
 
 
 class MapTransform(abc.ABC):
@@ -60,7 +60,13 @@ class FilterTransform(abc.ABC):
 
 
 class FlatMapTransform(abc.ABC):
-    """Maps one element to any number of elements, kept in order."""
+    """Maps one element to any number of elements, kept in order.
+
+    A record's elements are taken whole before they go on, so a generator without end
+    never delivers: set `max_fan_out` (an int, Grain's attribute) to bound them, and a
+    record that gives more is an error naming it. A `close()` stops a generator that is
+    still going.
+    """
 
     @abc.abstractmethod
     def flat_map(self, element: Any) -> Iterable[Any]:
@@ -85,10 +91,14 @@ class Batch:
     batch_fn: Callable[[list[Any]], Any] | None = None
 
     def __post_init__(self) -> None:
-        require_int("batch_size", self.batch_size, minimum=1)
-        require_bool("drop_remainder", self.drop_remainder)
+        int_field(self, "batch_size", minimum=1)
+        bool_field(self, "drop_remainder")
         if self.batch_fn is not None and not callable(self.batch_fn):
             raise TypeError(f"`batch_fn` must be callable or None, got {self.batch_fn!r}.")
+        if is_async(self.batch_fn):
+            raise TypeError(
+                f"`batch_fn` must not be an `async def` function (only a map may be), got {self.batch_fn!r}."
+            )
 
 
 class Kind(Enum):
@@ -209,6 +219,32 @@ def is_grain(transform: Any, name: str) -> bool:
     return any(c.__module__ == _GRAIN_MODULE and c.__name__ == name for c in type(transform).__mro__)
 
 
+def is_async(function: Any) -> bool:
+    """True for an `async def` function or method, or an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )
+
+
+def refuse_class(name: str, operation: Any) -> None:
+    """A transform class given where an instance belongs (`[Scale]` for `[Scale()]`) would be
+    called on every element as a plain callable: a TypeError naming `name` instead."""
+    bases = (
+        MapTransform,
+        RandomMapTransform,
+        MapWithIndexTransform,
+        FilterTransform,
+        FlatMapTransform,
+        Batch,
+    )
+    if isinstance(operation, type) and (
+        issubclass(operation, bases) or any(c.__module__ == _GRAIN_MODULE for c in operation.__mro__)
+    ):
+        raise TypeError(
+            f"`{name}` is the class {operation.__name__}, not an instance: write {operation.__name__}()."
+        )
+
+
 def _own_batch(operation: Any) -> Batch | None:
     """`operation` as aioloader's Batch if it is one (aioloader's or Grain's), else None."""
     if isinstance(operation, Batch):
@@ -244,6 +280,7 @@ def _compile_one(position: int, operation: Any) -> Op:
         if kind is Kind.MAP and inspect.iscoroutinefunction(operation.function):
             kind = Kind.ASYNC_MAP
         return Op(kind, operation.function, "", operation.name, operation.what, operation.rng)
+    refuse_class(name, operation)
     if isinstance(operation, MapWithIndexTransform) or is_grain(operation, "MapWithIndex"):
         raise TypeError(
             f"`{name}` is a MapWithIndexTransform, which a DataLoader does not take (nor does Grain's): "
@@ -251,15 +288,15 @@ def _compile_one(position: int, operation: Any) -> Op:
         )
     for base, grain_name, kind, method in _METHODS:
         if isinstance(operation, base) or is_grain(operation, grain_name):
-            if kind is Kind.MAP and inspect.iscoroutinefunction(getattr(operation, method)):
+            what = f"{type(operation).__name__}.{method}"
+            if is_async(getattr(operation, method)):
+                if kind is not Kind.MAP:
+                    raise TypeError(f"`{name}` ({what}) must not be `async def`: only a map may be awaited.")
                 kind = Kind.ASYNC_MAP
-            return Op(kind, operation, method, name, f"{type(operation).__name__}.{method}")
+            return Op(kind, operation, method, name, what)
     if callable(operation):
-        is_async = inspect.iscoroutinefunction(operation) or inspect.iscoroutinefunction(
-            getattr(operation, "__call__", None)  # noqa: B004 - a callable object's async __call__
-        )
         what = getattr(operation, "__qualname__", type(operation).__name__)
-        return Op(Kind.ASYNC_MAP if is_async else Kind.MAP, operation, "", name, what)
+        return Op(Kind.ASYNC_MAP if is_async(operation) else Kind.MAP, operation, "", name, what)
     raise TypeError(
         f"`{name}` must be a MapTransform, RandomMapTransform, FilterTransform, FlatMapTransform, Batch "
         f"or a callable, got {operation!r}."

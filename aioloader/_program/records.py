@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,11 +99,11 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
     getitems = getattr(source, "__getitems__", None)
     if getitems is not None:
         try:
-            found = list(getitems(chunk.keys))
+            returned = getitems(chunk.keys)
         except Exception:
-            pass
+            pass  # read one by one below, to find the record that fails
         else:
-            _check_count(source, "__getitems__", chunk, found)
+            _take_records(source, "__getitems__", chunk, returned)
             return
     what = f"reading from {type(source).__name__}"
     items: list[Any] = []
@@ -117,17 +117,29 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
         chunk.fail(len(items), error, what)
 
 
-def _check_count(source: Any, method: str, chunk: RecordChunk, found: list[Any]) -> None:
-    """Take `found` as the chunk's records if there is one per key; else fail on the first record."""
+def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any) -> None:
+    """Take what `method` returned as the chunk's records if it is one record per key, in
+    order (a list, a tuple, an array...); else fail on the first record. A mapping (its
+    keys would become records), a set (no order) or a string is no such sequence."""
+    chunk.items = []
+    what = f"reading from {type(source).__name__}"
+    name = f"`data_source` {type(source).__name__}.{method}"
+    if isinstance(returned, str | bytes | Mapping | Set) or not isinstance(returned, Iterable):
+        error: Exception = TypeError(
+            f"{name} must return a sequence of records, one per key in the keys' order, "
+            f"got {type(returned).__name__}."
+        )
+        chunk.fail(0, error, what)
+        return
+    found = list(returned)
     if len(found) == len(chunk.keys):
         chunk.items = found
         return
-    chunk.items = []
     error = ValueError(
-        f"`data_source` {type(source).__name__}.{method} returned {len(found)} records "
-        f"for {len(chunk.keys)} keys; it must return one record per key, in the keys' order."
+        f"{name} returned {len(found)} records for {len(chunk.keys)} keys; it must return one "
+        "record per key, in the keys' order."
     )
-    chunk.fail(0, error, f"reading from {type(source).__name__}")
+    chunk.fail(0, error, what)
 
 
 async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:
@@ -139,13 +151,13 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
     if many is not None:
         try:
             async with limit:
-                found = list(await guarded(many(chunk.keys)))
+                returned = await guarded(many(chunk.keys))
         except Interrupt:
             raise
         except Exception:
-            pass
+            pass  # read one by one below, to find the record that fails
         else:
-            _check_count(source, "aget_many", chunk, found)
+            _take_records(source, "aget_many", chunk, returned)
             return
 
     async def one(key: int) -> Any:

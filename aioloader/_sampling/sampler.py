@@ -123,14 +123,15 @@ class IndexSampler(SamplerBase):
         num_epochs: int | None = None,
         seed: int | None = None,
     ) -> None:
-        self.num_records = require_int("num_records", num_records, minimum=1)
+        self.num_records = _fits("num_records", require_int("num_records", num_records, minimum=1))
         self.shard_options = check_shard_options(shard_options)
         self.shuffle = require_bool("shuffle", shuffle)
         self.num_epochs = None if num_epochs is None else require_int("num_epochs", num_epochs, minimum=1)
         self.seed = _check_seed(seed, shuffle)
-        self._start, stop = shard_options.bounds(num_records)
+        self._start, stop = shard_options.bounds(self.num_records)
         self.shard_length = stop - self._start
-        self.length = self._length()
+        length = self._length()
+        self.length = None if length is None else _fits("num_epochs", length)
 
     def _length(self) -> int | None:
         if self.num_epochs is None:
@@ -216,11 +217,13 @@ class SequentialSampler(SamplerBase):
         shard_options: ShardOptions = NoSharding(),  # noqa: B008 - frozen, as Grain's default
         seed: int | None = None,
     ) -> None:
-        self.num_records = require_int("num_records", num_records, minimum=1)
+        self.num_records = _fits("num_records", require_int("num_records", num_records, minimum=1))
         self.shard_options = check_shard_options(shard_options)
         self.seed = None if seed is None else require_int("seed", seed, minimum=0)
         count = self.shard_options.shard_count
-        self.length = num_records // count * count if self.shard_options.drop_remainder else num_records
+        self.length = (
+            self.num_records // count * count if self.shard_options.drop_remainder else self.num_records
+        )
 
     def record_keys(self, start: int, stop: int, step: int = 1) -> list[int]:
         return list(self._checked(start, stop, step))  # no array needed: the keys are the indices
@@ -231,6 +234,17 @@ class SequentialSampler(SamplerBase):
 
     def __repr__(self) -> str:
         return f"SequentialSampler(num_records={self.num_records}, shard_options={self.shard_options!r})"
+
+
+def _fits(name: str, length: int) -> int:
+    """`length` (the global indices of a sampler), if they fit NumPy's int64, as the
+    keys and indices are computed: else a ValueError naming `name`."""
+    if length > sys.maxsize:
+        raise ValueError(
+            f"`{name}` makes {length} global indices, more than an int64 holds ({sys.maxsize}): "
+            "fewer records or epochs (or `num_epochs=None`, which repeats forever)."
+        )
+    return length
 
 
 def _check_seed(seed: Any, shuffle: bool) -> int | None:

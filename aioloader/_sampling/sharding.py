@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import bool_field, int_field
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,9 @@ class ShardOptions:
     drop_remainder: bool = False
 
     def __post_init__(self) -> None:
-        require_int("shard_count", self.shard_count, minimum=1)
-        require_int("shard_index", self.shard_index, minimum=0)
+        int_field(self, "shard_count", minimum=1)
+        int_field(self, "shard_index", minimum=0)
+        bool_field(self, "drop_remainder")
         if self.shard_index >= self.shard_count:
             raise ValueError(
                 f"`shard_index` must be less than `shard_count` ({self.shard_count}), got {self.shard_index}."

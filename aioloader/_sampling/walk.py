@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import require_len
 from aioloader._sampling.leftovers import Detour
 from aioloader._sampling.sampler import IndexSampler, SamplerBase
 from aioloader._sampling.sharding import NoSharding, ShardOptions
@@ -169,10 +169,7 @@ def _check_metadata(sampler: Any, index: int) -> None:
 def _foreign_length(sampler: Any) -> int | None:
     """How many global indices a foreign sampler holds: `len()`, else where lookups
     start raising IndexError; None for `sys.maxsize` (Grain's "forever")."""
-    if hasattr(sampler, "__len__"):
-        length = require_int("len(sampler)", len(sampler), minimum=0)
-    else:
-        length = _first_missing(sampler)
+    length = require_len("sampler", sampler) if hasattr(sampler, "__len__") else _first_missing(sampler)
     return None if length >= sys.maxsize else length
 
 

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from aioloader._common.validation import require_int
+from aioloader._common.validation import require_int, require_len
 
 
 @runtime_checkable
@@ -167,8 +167,32 @@ class RangeDataSource:
 
 
 def describe_source(source: Any) -> dict[str, Any]:
-    """What identifies a source, for checkpoint states: its type and length."""
-    return {"type": type(source).__qualname__, "len": len(source)}
+    """What identifies a source, for checkpoint states: its type and length, and for
+    aioloader's own sources what they read (`id`): a range's bounds, a digest of the
+    files' names (not their folders: a dataset moved to another mount still resumes).
+    A user's source has no `id`: its repr may hold an address that changes every run."""
+    description: dict[str, Any] = {"type": type(source).__qualname__, "len": len(source)}
+    if isinstance(source, RangeDataSource):
+        r = source._range
+        description["id"] = [r.start, r.stop, r.step]
+    elif type(source).__module__.startswith("aioloader.") and isinstance(
+        getattr(source, "paths", None), tuple
+    ):
+        import hashlib  # here: its native hashes cost ~10 ms at import, and only this needs them
+
+        names = "\n".join(str(path).rstrip("/").rsplit("/", 1)[-1] for path in source.paths)
+        description["id"] = hashlib.sha1(names.encode(), usedforsecurity=False).hexdigest()[:16]
+    return description
+
+
+def same_source(theirs: Any, ours: dict[str, Any]) -> bool:
+    """True when a state's source description `theirs` fits this loader's `ours`: the
+    same type and length, and the same `id` where both have one (a state saved before
+    sources had one resumes on type and length)."""
+    if not isinstance(theirs, dict):
+        return False
+    keys = ["type", "len", *(["id"] if "id" in theirs and "id" in ours else [])]
+    return all(theirs.get(key) == ours.get(key) for key in keys)
 
 
 def is_async_source(source: object) -> bool:
@@ -178,6 +202,10 @@ def is_async_source(source: object) -> bool:
 
 def check_source(source: Any) -> None:
     """Reject, naming `data_source`, what is neither kind of source."""
+    if isinstance(source, type):
+        raise TypeError(
+            f"`data_source` is the class {source.__name__}, not an instance: write {source.__name__}(...)."
+        )
     if not hasattr(source, "__len__"):
         raise TypeError(f"`data_source` must define __len__, got {type(source).__name__}.")
     if not (is_async_source(source) or hasattr(source, "__getitem__")):
@@ -185,4 +213,4 @@ def check_source(source: Any) -> None:
             f"`data_source` must define __getitem__ (RandomAccessDataSource) or async aget "
             f"(AsyncDataSource), got {type(source).__name__}."
         )
-    require_int("len(data_source)", len(source), minimum=0)
+    require_len("data_source", source)
