@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -276,8 +277,13 @@ class Interrupts(MapTransform):
 def test_keyboard_interrupt_and_system_exit_from_a_transform_stop_the_loader(
     kind: type[BaseException], workers: int
 ) -> None:
+    stops_at_once(iter(loader_with([Interrupts(kind)], workers)), kind)
+
+
+def stops_at_once(iterator: Iterator[Any], kind: type[BaseException]) -> None:
+    """`iterator` raises `kind` ("stop now") after some of the first 9 outputs, in order,
+    then every thread has ended and the iterator is closed."""
     got: list[Any] = []
-    iterator = iter(loader_with([Interrupts(kind)], workers))
     with pytest.raises(kind, match="stop now"):
         got.extend(iterator)
     assert got == list(range(len(got)))
@@ -326,14 +332,7 @@ def test_an_interrupt_from_awaited_user_code_reaches_for(
     raising = AsyncRaises(kind)
     operations = [raising.map] if where == "async map" else []
     source = RangeDataSource(0, 40) if where == "async map" else raising
-    got: list[Any] = []
-    iterator = iter(loader_with(operations, workers, source))
-    with pytest.raises(kind, match="stop now"):
-        got.extend(iterator)
-    assert got == list(range(len(got)))
-    assert len(got) <= 9
-    assert wait_for_no_threads() == []
-    assert list(iterator) == []  # closed
+    stops_at_once(iter(loader_with(operations, workers, source)), kind)
 
 
 @pytest.mark.parametrize("kind", STOPPERS, ids=lambda k: k.__name__)

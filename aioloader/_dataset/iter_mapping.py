@@ -59,11 +59,15 @@ class _ElementwiseIterDataset(IterDataset[Any]):
 
     def _plan(self, settings: Settings) -> Plan:
         plan = self._parent._plan(settings)
-        if isinstance(plan, Part):
+        if isinstance(plan, Part) and self._may_join(plan):
             joined = plan.joined(self._prepared(plan))
             if joined is not None:
                 return joined
         return self._stage(as_stage(plan))
+
+    def _may_join(self, part: Part) -> bool:
+        """False where this transformation must run in order, after `part`."""
+        return True
 
     def _prepared(self, part: Part) -> Prepared:
         """This transformation for the engine, at the end of `part`."""
@@ -110,15 +114,8 @@ class MapWithIndexIterDataset(_ElementwiseIterDataset):
     kind = Kind.RANDOM_MAP  # the engine's random map, given the index for a generator
     method = "map_with_index"
 
-    def _plan(self, settings: Settings) -> Plan:
-        plan = self._parent._plan(settings)
-        if isinstance(plan, Part) and not plan.counts_elements():
-            plan = as_stage(plan)  # elements were dropped: only a count in order is Grain's index
-        if isinstance(plan, Part):
-            joined = plan.joined(self._prepared(plan))
-            if joined is not None:
-                return joined
-        return self._stage(as_stage(plan))
+    def _may_join(self, part: Part) -> bool:
+        return part.counts_elements()  # elements were dropped: only a count in order is Grain's index
 
     def _prepared(self, part: Part) -> Prepared:
         size = getattr(part, "batch_size", None)
