@@ -36,46 +36,72 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 1:
         parser.error(f"--batches must be at least 1, got {args.batches}")
     try:
-        statistics = _statistics(args.target, args.batches)
-    except (OSError, ValueError, ImportError, AttributeError, TypeError) as error:
+        parts = _statistics(args.target, args.batches)
+    except Unusable as error:
         print(f"aioloader.report: {args.target}: {error}", file=sys.stderr)
         return 2
-    print(statistics.to_json() if args.json else statistics.summary())
+    if args.json:
+        print(parts[0].to_json() if len(parts) == 1 else "[" + ",".join(p.to_json() for p in parts) + "]")
+    else:
+        print("\n\n".join(part.summary() for part in parts))
     return 0
 
 
-def _statistics(target: str, batches: int) -> LoaderStatistics:
+class Unusable(Exception):
+    """The target cannot be used: the message says why (the command exits with status 2)."""
+
+
+def _statistics(target: str, batches: int) -> list[LoaderStatistics]:
+    """The snapshot saved in `target`, or those of the loader `target` makes (an
+    IterDataset gives one per parallel part)."""
     if os.path.exists(target) or ":" not in target:
-        with open(target, encoding="utf-8") as saved:
-            return LoaderStatistics.from_json(saved.read())
+        try:
+            with open(target, encoding="utf-8") as saved:
+                return [LoaderStatistics.from_json(saved.read())]
+        except (OSError, ValueError) as error:
+            raise Unusable(error) from None
     return _measure(_loader(target), batches)
 
 
 def _loader(target: str) -> Any:
-    """`module:function` imported and called."""
+    """`module:function` imported and called; whatever fails on the way is `Unusable`."""
     module_name, _, function_name = target.partition(":")
     sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's modules next to them
-    function = getattr(importlib.import_module(module_name), function_name)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # the user's module: a SyntaxError, an error at import time
+        raise Unusable(f"importing {module_name!r} failed: {type(error).__name__}: {error}") from None
+    if not hasattr(module, function_name):
+        raise Unusable(f"module {module_name!r} has no attribute {function_name!r}")
+    function = getattr(module, function_name)
     if not callable(function):
-        raise TypeError(f"{function_name!r} is not a function, got {function!r}")
-    return function()
+        raise Unusable(f"{function_name!r} is not a function, got {function!r}")
+    try:
+        return function()
+    except Exception as error:
+        raise Unusable(f"calling {function_name}() failed: {type(error).__name__}: {error}") from None
 
 
-def _measure(loader: Any, batches: int) -> LoaderStatistics:
-    iterator = iter(loader)
-    if not callable(getattr(iterator, "statistics", None)):
-        raise TypeError(
-            f"the function must return a DataLoader (an iterable with statistics()), got {loader!r}"
-        )
+def _measure(loader: Any, batches: int) -> list[LoaderStatistics]:
+    try:
+        iterator = iter(loader)
+    except TypeError as error:  # None, an int: "... is not iterable"
+        raise Unusable(f"the function must return a DataLoader or an IterDataset: {error}") from None
+    statistics_of = getattr(iterator, "statistics", None)
+    if not callable(statistics_of):
+        raise Unusable(f"the function must return a DataLoader or an IterDataset, got {loader!r:.200}")
+    taken = 0
     try:
         for _ in itertools.islice(iterator, batches):
-            pass
-        statistics: LoaderStatistics = iterator.statistics()
-        return statistics
+            taken += 1
+        statistics = statistics_of()
+    except Exception as error:
+        raise Unusable(f"the loader failed after {taken} outputs: {type(error).__name__}: {error}") from None
     finally:
         close = getattr(iterator, "close", None)
         if close is not None:
             close()
+    return list(statistics) if isinstance(statistics, list) else [statistics]
 
 
 if __name__ == "__main__":

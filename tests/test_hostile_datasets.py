@@ -1019,7 +1019,17 @@ def test_a_mix_by_name_continues_each_component_it_had(new: str, workers: int | 
 
 
 @pytest.mark.parametrize("workers", PREFETCH)
-@pytest.mark.parametrize("where", ["parallel-part", "parallel-filter-and-batch", "parallel-map-with-index"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "parallel-part",
+        "parallel-filter-and-batch",
+        "parallel-map-with-index",
+        "mix",
+        "window-shuffle",
+        "first-fit-packer",
+    ],
+)
 def test_close_from_another_thread_ends_a_waiting_next_and_the_state_counts_what_was_taken(
     where: str, workers: int | None
 ) -> None:
@@ -1034,10 +1044,17 @@ def test_close_from_another_thread_ends_a_waiting_next_and_the_state_counts_what
     def build(transform: Transform) -> Any:
         part = al.MapDataset.range(12).to_iter_dataset().map(transform)
         dataset: Any = {
-            "parallel-part": part,
-            "parallel-filter-and-batch": part.filter(lambda x: x % 3).batch(2),
-            "parallel-map-with-index": part.map_with_index(lambda i, x: i * 100 + x),
-        }[where]
+            "parallel-part": lambda: part,
+            "parallel-filter-and-batch": lambda: part.filter(lambda x: x % 3).batch(2),
+            "parallel-map-with-index": lambda: part.map_with_index(lambda i, x: i * 100 + x),
+            # In-order stages took the close for the end of their input: a mix ended for
+            # good, a window shuffle and a packer flushed what the run never makes.
+            "mix": lambda: al.IterDataset.mix([part, al.MapDataset.range(100, 112).to_iter_dataset()]),
+            "window-shuffle": lambda: al.WindowShuffleIterDataset(part, window_size=2, seed=1),
+            "first-fit-packer": lambda: al.FirstFitPackIterDataset(
+                part.map(lambda x: {"t": np.arange(x % 2 + 1)}), length_struct={"t": 3}, num_packing_bins=1
+            ),
+        }[where]()
         return with_prefetch(dataset, workers)
 
     full = elements(build(identity))
@@ -2172,3 +2189,222 @@ def test_device_put_warns_nothing_for_what_fits() -> None:
             device_put=al.DevicePut(),
         )
         assert [np.asarray(x).tolist() for x in loader] == [[0, 1, 2, 3], [1.0, 1.0]]
+
+
+# 12. Found by the review, and fixed.
+
+
+@pytest.mark.parametrize("workers", PREFETCH)
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: al.MapDataset.range(0),
+        lambda: al.MapDataset.source([]),
+        lambda: al.MapDataset.range(5)[5:],
+        lambda: al.MapDataset.range(1).batch(2, drop_remainder=True),
+    ],
+    ids=["range-0", "empty-list", "slice-past-the-end", "batch-of-nothing"],
+)
+def test_an_empty_map_dataset_iterates_to_nothing_as_in_grain(build: Build, workers: int | None) -> None:
+    assert elements(with_prefetch(build().to_iter_dataset(), workers)) == []
+    with iter(with_prefetch(build().to_iter_dataset(), workers)) as iterator:
+        state = iterator.get_state()
+        assert list(iterator) == []
+    with iter(with_prefetch(build().to_iter_dataset(), workers)) as resumed:
+        resumed.set_state(state)
+        assert list(resumed) == []
+
+
+PIPELINES_APART: list[Any] = [
+    pytest.param(
+        lambda: al.MapDataset.range(20).shuffle(seed=1).to_iter_dataset(),
+        lambda: al.MapDataset.range(20).shuffle(seed=2).to_iter_dataset(),
+        id="shuffle-seed",
+    ),
+    pytest.param(
+        lambda: al.MapDataset.range(20).to_iter_dataset(),
+        lambda: al.MapDataset.range(100, 120).to_iter_dataset(),
+        id="another-range",
+    ),
+    pytest.param(
+        lambda: al.WindowShuffleIterDataset(al.MapDataset.range(20).to_iter_dataset(), window_size=4, seed=3),
+        lambda: al.WindowShuffleIterDataset(al.MapDataset.range(20).to_iter_dataset(), window_size=4, seed=4),
+        id="window-shuffle-seed",
+    ),
+    pytest.param(
+        lambda: al.IterDataset.mix(list(parts())),
+        lambda: al.IterDataset.mix(list(reversed(parts()))),
+        id="mix-inputs-swapped",
+    ),
+    pytest.param(
+        lambda: al.FirstFitPackIterDataset(
+            al.MapDataset.range(20).to_iter_dataset().map(lambda x: {"t": np.arange(x % 4 + 1)}),
+            length_struct={"t": 5},
+            num_packing_bins=2,
+        ),
+        lambda: al.BestFitPackIterDataset(
+            al.MapDataset.range(20).to_iter_dataset().map(lambda x: {"t": np.arange(x % 4 + 1)}),
+            length_struct={"t": 6},
+            num_packing_bins=2,
+        ),
+        id="another-packer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), PIPELINES_APART)
+def test_a_state_does_not_resume_in_a_pipeline_made_otherwise(old: Build, new: Build) -> None:
+    state = state_after(old(), 3)
+    with iter(new()) as iterator, pytest.raises(ValueError, match="`state` was made by a"):
+        iterator.set_state(state)
+    with iter(old()) as iterator:  # the same pipeline, made again, takes it
+        iterator.set_state(state)
+        next(iterator)
+
+
+@pytest.mark.parametrize("where", ["mix", "window-shuffle"])
+def test_get_state_from_another_thread_while_an_in_order_stage_runs_is_never_torn(where: str) -> None:
+    def build() -> Any:
+        part = al.MapDataset.range(300).to_iter_dataset()
+        if where == "mix":
+            return al.IterDataset.mix([part, al.MapDataset.range(1000, 1300).to_iter_dataset()], [1, 2])
+        return al.WindowShuffleIterDataset(part, window_size=7, seed=5)
+
+    full = elements(build())
+    iterator = iter(build())
+    states: list[tuple[int, dict[str, Any]]] = []
+    done = threading.Event()
+    got: list[Any] = []
+
+    def poll() -> None:
+        while not done.wait(0.0002):  # a pause: on the GIL build a busy poller starves the consumer
+            states.append((len(got), iterator.get_state()))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for x in iterator:
+            got.append(canonical(x))
+    finally:
+        done.set()
+        poller.join()
+    assert got == full
+    for state in [state for _, state in states[:: max(1, len(states) // 25)]]:
+        with iter(build()) as resumed:
+            resumed.set_state(state)
+            rest = elements(resumed)
+        assert full[len(full) - len(rest) :] == rest  # a state the run passed: the rest of it
+
+
+def test_a_map_dataset_refuses_an_async_batch_fn() -> None:
+    async def stack(elements: list[Any]) -> Any:
+        return np.stack(elements)
+
+    with pytest.raises(TypeError, match="`batch_fn` must not be an `async def` function"):
+        al.MapDataset.range(4).batch(2, batch_fn=stack)
+
+
+def test_mix_weights_as_an_array_as_grain_takes_them() -> None:
+    datasets = [al.MapDataset.range(3), al.MapDataset.range(3)]
+    assert list(al.MapDataset.mix(datasets, np.array([1.0, 2.0]))) == list(
+        al.MapDataset.mix(datasets, [1.0, 2.0])
+    )
+
+
+def test_a_mix_by_name_with_a_name_that_is_no_str_is_named() -> None:
+    part = al.MapDataset.range(3).to_iter_dataset()
+    with pytest.raises(TypeError, match="`datasets` given as a dict must be keyed by str names"):
+        al.IterDataset.mix({1: part, "a": part})  # type: ignore[dict-item]
+
+
+def test_a_path_with_a_nul_byte_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"`paths\[1\]` holds a NUL byte"):
+        al.FilesDataSource([str(path), f"{path}\x00tail"])
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("{mod}:raises", "calling raises() failed: RuntimeError: the factory failed"),
+        ("{mod}:failing_loader", "the loader failed after 3 outputs: ZeroDivisionError"),
+        ("broken_module:make", "importing 'broken_module' failed: SyntaxError"),
+        ("no_consumer.json", "no threads named 'consumer'"),
+        ("wrong_types.json", "LoaderStatistics.elapsed_seconds must be float"),
+        ("deep.json", "RecursionError"),
+    ],
+    ids=["factory-raises", "loader-fails", "syntax-error", "no-consumer", "wrong-types", "deep-json"],
+)
+def test_the_report_exits_2_when_user_code_or_a_snapshot_fails(
+    factories: str, target: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open(f"{factories}.py", "a") as module:
+        module.write(
+            "def raises():\n    raise RuntimeError('the factory failed')\n"
+            "def failing_loader():\n"
+            "    return al.DataLoader(data_source=al.RangeDataSource(0, 10),\n"
+            "        sampler=al.IndexSampler(10, num_epochs=1), operations=[lambda x: 1 // (x - 3)])\n"
+        )
+    Path("broken_module.py").write_text("def make(:\n")
+    snapshot = {"elapsed_seconds": 1.0, "stages": [], "threads": [], "buffers": [], "worker_count": 0}
+    Path("no_consumer.json").write_text(json.dumps({**snapshot, "read_threads": 0}))
+    consumer = {"name": "consumer", "count": 1, "busy_seconds": 1.0}
+    consumer |= {"waiting_for_input_seconds": 1.0, "waiting_for_room_seconds": 0.0}
+    wrong = {**snapshot, "read_threads": 0, "elapsed_seconds": "soon", "threads": [consumer]}
+    Path("wrong_types.json").write_text(json.dumps(wrong))
+    Path("deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    target = target.replace("{mod}", factories)
+    try:
+        assert report.main([target, "--batches", "5"]) == 2
+    finally:
+        sys.modules.pop("broken_module", None)
+    err = capsys.readouterr().err
+    assert err.startswith(f"aioloader.report: {target}: ")
+    assert message in err
+
+
+def test_the_report_of_an_iter_dataset_gives_each_parallel_part(
+    factories: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open(f"{factories}.py", "a") as module:
+        module.write(
+            "def two_parts():\n"
+            "    return al.IterDataset.mix([al.MapDataset.range(50).to_iter_dataset(),\n"
+            "                               al.MapDataset.range(50).to_iter_dataset()])\n"
+        )
+    assert report.main([f"{factories}:two_parts", "--batches", "20"]) == 0
+    assert capsys.readouterr().out.count("bottleneck: ") == 2
+
+
+def test_device_put_refuses_to_wrap_64_bit_ints_into_32() -> None:
+    jax = pytest.importorskip("jax")
+    if jax.config.read("jax_enable_x64"):
+        pytest.skip("JAX keeps 64-bit ints here (jax_enable_x64)")
+    batch = {"id": np.array([2**40 + 7, 5], np.int64), "small": np.array([1, 2], np.int64)}
+    loader = al.DataLoader(
+        data_source=al.InMemoryDataSource([batch]),
+        sampler=al.IndexSampler(1, num_epochs=1),
+        device_put=al.DevicePut(),
+    )
+    got, error = drain(loader)
+    assert got == []
+    assert type(error) is ValueError
+    assert "device_put would change leaf ['id']" in str(error)
+    fits = {"small": np.array([1, -(2**31)], np.int64)}
+    loader = al.DataLoader(
+        data_source=al.InMemoryDataSource([fits]),
+        sampler=al.IndexSampler(1, num_epochs=1),
+        device_put=al.DevicePut(),
+    )
+    (on_device,) = list(loader)
+    assert np.asarray(on_device["small"]).tolist() == [1, -(2**31)]
+
+
+def test_a_parquet_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "twice.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array(["a", "b"])], names=["x", "x"]), path)
+    with pytest.raises(ValueError, match=r"twice\.parquet` has more than one column named 'x'"):
+        al.ParquetDataSource(str(path))

@@ -18,6 +18,7 @@ from aioloader._dataset.base import MapDataset
 from aioloader._dataset.functions import add_note
 from aioloader._dataset.mapping import FilterMapDataset
 from aioloader._operations.batching import stack
+from aioloader._operations.transforms import Batch
 
 
 class BatchMapDataset(MapDataset[Any]):
@@ -33,8 +34,7 @@ class BatchMapDataset(MapDataset[Any]):
         super().__init__(parent)
         self._size = require_int("batch_size", batch_size, minimum=1)
         self._drop = require_bool("drop_remainder", drop_remainder)
-        if batch_fn is not None and not callable(batch_fn):
-            raise TypeError(f"`batch_fn` must be callable or None, got {batch_fn!r}.")
+        Batch(self._size, self._drop, batch_fn)  # its checks of `batch_fn` (callable, not async)
         _refuse_holes(parent)
         self._parent, self._parent_length = parent, len(parent)
         self._combine: Callable[[list[Any]], Any] = batch_fn or stack

@@ -109,9 +109,9 @@ def _count(parents: Any) -> str:
 def _require_inputs(datasets: Any) -> tuple[tuple[str, ...] | None, tuple[IterDataset[Any], ...]]:
     """The inputs in order, and their names (sorted, as Grain flattens a dict) if named."""
     if isinstance(datasets, Mapping):
-        names = tuple(sorted(datasets))
-        if not all(isinstance(name, str) for name in names):
+        if not all(isinstance(name, str) for name in datasets):
             raise TypeError(f"`datasets` given as a dict must be keyed by str names, got {list(datasets)!r}.")
+        names = tuple(sorted(datasets))
         values: Sequence[Any] = [datasets[name] for name in names]
     elif isinstance(datasets, Sequence) and not isinstance(datasets, (str, bytes)):
         names, values = None, datasets

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
-from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, state_fields
+from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, check_setup, state_fields
 from aioloader._operations.concat_then_split import BOSHandling, ConcatThenSplitPacker, SplitState
 from aioloader._operations.packing import BestFitPacker, FirstFitPacker, PackState
 
@@ -30,16 +30,19 @@ from aioloader._operations.packing import BestFitPacker, FirstFitPacker, PackSta
 class _PackIterDataset(IterDataset[dict[str, Any]]):
     """A packer over the parent's elements (dicts of 1-D arrays)."""
 
-    def __init__(self, parent: IterDataset[Any], make_stage: Callable[[Stage[Any]], Stage[Any]]) -> None:
+    def __init__(
+        self, parent: IterDataset[Any], make_stage: Callable[[Stage[Any], str], Stage[Any]], options: str
+    ) -> None:
         parent = require_iter_dataset("parent", parent)
         super().__init__(parent)
         self._parent, self._make_stage = parent, make_stage
+        self._setup = f"{type(self).__name__}({options})"  # what its state records (see `check_setup`)
 
     def _plan(self, settings: Settings) -> Plan:
-        return self._make_stage(as_stage(self._parent._plan(settings)))
+        return self._make_stage(as_stage(self._parent._plan(settings)), self._setup)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._parent!r})"
+        return f"{type(self).__name__}({self._parent!r}, {self._setup[len(type(self).__name__) + 1 : -1]})"
 
 
 class FirstFitPackIterDataset(_PackIterDataset):
@@ -74,7 +77,16 @@ class FirstFitPackIterDataset(_PackIterDataset):
             max_sequences_per_bin=max_sequences_per_bin,
             shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
         )
-        super().__init__(parent, lambda stage: PackerStage(stage, packer, "pack", PackState))
+        options = (
+            f"length_struct={dict(length_struct)!r}, num_packing_bins={num_packing_bins!r}, seed={seed!r}, "
+            f"shuffle_bins={shuffle_bins!r}, "
+            f"shuffle_bins_group_by_feature={shuffle_bins_group_by_feature!r}, "
+            f"meta_features={list(meta_features)!r}, pack_alignment_struct={pack_alignment_struct!r}, "
+            f"padding_struct={padding_struct!r}, max_sequences_per_bin={max_sequences_per_bin!r}"
+        )
+        super().__init__(
+            parent, lambda stage, setup: PackerStage(stage, packer, "pack", PackState, setup), options
+        )
 
 
 class BestFitPackIterDataset(FirstFitPackIterDataset):
@@ -106,7 +118,16 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
             bos_features=tuple(bos_features),
             bos_token_id=bos_token_id,
         )
-        super().__init__(parent, lambda stage: PackerStage(stage, packer, "concat_then_split", SplitState))
+        options = (
+            f"length_struct={dict(length_struct)!r}, meta_features={list(meta_features)!r}, "
+            f"split_full_length_features={split_full_length_features!r}, bos_handling={bos_handling!r}, "
+            f"bos_features={list(bos_features)!r}, bos_token_id={bos_token_id!r}"
+        )
+        super().__init__(
+            parent,
+            lambda stage, setup: PackerStage(stage, packer, "concat_then_split", SplitState, setup),
+            options,
+        )
 
 
 class _Inputs:
@@ -146,9 +167,12 @@ class PackerStage(Stage[dict[str, Any]]):
     """A packer running over the parent. Its state is `{"stage": kind, "parent": ...}` and
     the fields of the packer's own state (`PackState` or `SplitState`), by name."""
 
-    def __init__(self, parent: Stage[Any], packer: _Packer, kind: str, state_type: type[Any]) -> None:
+    def __init__(
+        self, parent: Stage[Any], packer: _Packer, kind: str, state_type: type[Any], setup: str
+    ) -> None:
         super().__init__((parent,))
         self._parent, self._packer, self._kind, self._state_type = parent, packer, kind, state_type
+        self._setup = setup
         self._fields = tuple(field.name for field in dataclasses.fields(state_type))
         self._rows: Iterator[tuple[dict[str, Any], Any]] | None = None
         self._inputs: _Inputs | None = None
@@ -175,10 +199,11 @@ class PackerStage(Stage[dict[str, Any]]):
     def state_of(self, token: Any) -> dict[str, Any]:
         parent, packer_state = token
         fields = {name: _plain(getattr(packer_state, name)) for name in self._fields}
-        return {"stage": self._kind, "parent": self._parent.state_of(parent), **fields}
+        return {"stage": self._kind, "parent": self._parent.state_of(parent), **fields, "setup": self._setup}
 
     def set_state(self, state: dict[str, Any]) -> None:
         parent, *fields = state_fields(state, self._kind, ("parent", *self._fields))
+        check_setup(state, self._setup)
         packer_state = _checked(self._state_type, *fields)
         self._parent.set_state(parent)
         self._start(packer_state)

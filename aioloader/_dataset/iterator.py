@@ -123,9 +123,12 @@ class _Run:
 
     `stage` runs in the consumer's thread, or in `background` (for `async for`, or with
     a device stage after stages in order); `loader` is set instead when an async
-    pipeline is one parallel part. `token` is the stage's snapshot the state comes
-    from when it is not the stage's state now: the one after the last output taken
-    from the background, or the one before an output that failed.
+    pipeline is one parallel part. `token` is the stage's snapshot that the state comes
+    from, for stages in order: the one after the last output the consumer took (taken
+    with each output, so that `get_state()` from another thread never reads a stage
+    that is moving), or the one before an output that failed or that a `close()` from
+    another thread cut short (a mix, a window shuffle or a packer takes the close for
+    the end of its input, and would flush what the run never makes).
     """
 
     def __init__(self, dataset: IterDataset[Any], asynchronous: bool) -> None:
@@ -145,7 +148,7 @@ class _Run:
         # A parallel part keeps its own state right when it fails; stages in order do not.
         self.snapshots = self.stage is not None and not isinstance(self.stage, EngineStage)
         self.background: Background | None = None
-        self.token: Any = _NOW
+        self.token: Any = _NOW if self.stage is None or not self.snapshots else self.stage.snapshot()
         self.closed = False
 
     def next(self) -> Any:
@@ -159,14 +162,16 @@ class _Run:
                 return self._from_background()
             if not self.snapshots:
                 return next(stage)
-            before = stage.snapshot()
-            try:
-                return next(stage)
-            except StopIteration:
-                raise
-            except BaseException:
-                self.token = before  # the stage took the failed element in: the state is from before it
-                raise
+            item = next(stage)  # on an error, `token` stays: the stage took the failed element in
+            if self.closed:
+                raise StopIteration  # what a stage gave after a close may be a flush: not ours
+            self.token = stage.snapshot()
+            return item
+        except StopIteration:
+            if self.snapshots and not self.closed:
+                self.token = stage.snapshot()  # the end: the state says so
+            self.close()
+            raise
         except BaseException:
             self.close()
             raise
@@ -221,6 +226,8 @@ class _Run:
         else:
             assert self.stage is not None
             self.stage.set_state(state)
+            if self.snapshots:
+                self.token = self.stage.snapshot()
 
     def _stop(self) -> None:
         """Take nothing more, and stop the engines (the background thread then ends)."""

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from aioloader._dataset.base import MapDataset
 
 T = TypeVar("T")
@@ -144,6 +146,8 @@ def _require_datasets(datasets: Any) -> tuple[MapDataset[Any], ...]:
 def require_weights(weights: Any, count: int) -> tuple[float, ...]:
     if weights is None:
         return (1.0,) * count
+    if isinstance(weights, np.ndarray) and weights.ndim == 1:
+        weights = weights.tolist()  # Grain takes an array of weights too
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"`weights` must be a sequence of numbers or None, got {weights!r}.")
     if len(weights) != count:

@@ -31,7 +31,9 @@ from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIt
 from aioloader._loader import DataLoader
 from aioloader._observability.statistics import LoaderStatistics
 from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
+from aioloader._sampling.metadata import RecordMetadata
 from aioloader._sampling.sampler import IndexSampler
+from aioloader._sources.protocols import digest
 
 T = TypeVar("T")
 
@@ -86,9 +88,14 @@ class EnginePart(Part):
     def loader(self, device_put: DevicePut | None = None) -> DataLoader:
         """The DataLoader that runs this part."""
         source = MapDatasetSource(self.dataset)
+        # Grain's samplers hold at least one record; an empty MapDataset (an empty file, a
+        # slice past the end) reads nothing, as Grain's `to_iter_dataset()` does.
+        sampler = (
+            IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0) if len(source) else NoIndices()
+        )
         return DataLoader(
             data_source=source,
-            sampler=IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0),
+            sampler=sampler,
             operations=list(self.operations),
             worker_count=self.settings.worker_count,
             executor=self.settings.executor,
@@ -171,8 +178,27 @@ class MapDatasetSource:
     def __reduce__(self) -> Any:
         raise TypeError("a MapDataset is read in the worker threads (its nodes use NumPy)")
 
+    def state_identity(self) -> str:
+        """What a state records of it: a digest of the graph's repr (its nodes, their seeds,
+        slices and weights; a source by its type and length), so that a state resumes in the
+        same pipeline only."""
+        return digest(repr(self._dataset))
+
     def __repr__(self) -> str:
         return f"MapDatasetSource({self._dataset!r})"
+
+
+class NoIndices:
+    """The sampler of an empty MapDataset's part: no index at all."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        raise IndexError(f"an empty MapDataset has no index {index}")
+
+    def __repr__(self) -> str:
+        return "NoIndices()"
 
 
 def may_hold_holes(dataset: MapDataset[Any]) -> bool:

@@ -153,6 +153,17 @@ def state_fields(state: Any, stage: str, fields: Sequence[str]) -> list[Any]:
     return [state[field] for field in fields]
 
 
+def check_setup(state: dict[str, Any], setup: str) -> None:
+    """A stage's state records what the stage was made with (`setup`: its arguments, as
+    text), so that it resumes only a stage made the same way: else a ValueError naming
+    both. A state saved before stages wrote theirs is taken as it is."""
+    theirs = state.get("setup", setup)
+    if theirs != setup:
+        raise ValueError(
+            f"`state` was made by a stage with {theirs!r:.300}, but this one has {setup!r:.300}."
+        )
+
+
 def require_count(name: str, value: Any) -> int:
     """An int of at least 0 read from a state, or a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -16,7 +16,15 @@ from typing import Any, TypeVar
 
 from aioloader._common.validation import require_int
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
-from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, require_count, state_fields
+from aioloader._dataset.stages import (
+    Plan,
+    Settings,
+    Stage,
+    as_stage,
+    check_setup,
+    require_count,
+    state_fields,
+)
 
 T = TypeVar("T")
 
@@ -100,10 +108,15 @@ class WindowShuffleStage(Stage[Any]):
     def state_of(self, token: Any) -> dict[str, Any]:
         start, window, given = token
         parent = self._parent.state_of(start)
-        return {"stage": "window_shuffle", "parent": parent, "window": window, "given": given}
+        setup = self._setup()
+        return {"stage": "window_shuffle", "parent": parent, "window": window, "given": given, "setup": setup}
+
+    def _setup(self) -> str:
+        return f"window_size={self._size}, seed={self._seed}"
 
     def set_state(self, state: dict[str, Any]) -> None:
         start, window, given = state_fields(state, "window_shuffle", ("parent", "window", "given"))
+        check_setup(state, self._setup())
         self._parent.set_state(start)
         self._window_start = self._parent.snapshot()
         self._window_index, self._given = require_count("window", window), require_count("given", given)

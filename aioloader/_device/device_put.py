@@ -65,6 +65,8 @@ class DevicePut:
         leaf, to name the leaf that does not fit."""
         import jax
 
+        if not jax.config.read("jax_enable_x64"):  # type: ignore[no-untyped-call]
+            _check_narrowing(batch, position)
         global_arrays = self.sharding is not None and _process_count() > 1
         if not global_arrays:
             try:
@@ -86,6 +88,31 @@ class DevicePut:
                 raise
 
         return jax.tree_util.tree_map_with_path(put, batch)
+
+
+# Without `jax_enable_x64`, JAX puts 64-bit ints on the device as 32-bit ones: a value past
+# that range would wrap silently (a record id of 2**40 + 7 arriving as 7).
+_INT32 = {"i": (-(2**31), 2**31 - 1), "u": (0, 2**32 - 1)}
+
+
+def _check_narrowing(batch: Any, position: Position) -> None:
+    """A ValueError naming the leaf if a 64-bit int leaf holds a value that JAX, without
+    `jax_enable_x64`, would wrap into 32 bits."""
+    import jax
+    import numpy as np
+
+    for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
+        dtype = getattr(leaf, "dtype", None)
+        if not isinstance(leaf, np.ndarray | np.generic) or dtype is None or dtype.kind not in _INT32:
+            continue
+        low, high = _INT32[dtype.kind]
+        if dtype.itemsize == 8 and leaf.size and (leaf.min() < low or leaf.max() > high):
+            name = jax.tree_util.keystr(path) or "(the batch)"
+            raise ValueError(
+                f"aioloader: device_put would change leaf {name} of the output just before position "
+                f"{_describe(position)}: it holds {dtype} values past 32 bits, which JAX without "
+                "`jax_enable_x64` wraps; enable it, or cast the leaf in the pipeline."
+            )
 
 
 @functools.cache

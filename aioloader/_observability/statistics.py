@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aioloader._observability.meter import Meter
 
@@ -135,16 +135,37 @@ class LoaderStatistics:
 
         try:
             found = json.loads(text)
-            return cls(
-                **{
+            loaded = _typed(
+                cls,
+                {
                     **found,
-                    "stages": tuple(StageStatistics(**item) for item in found["stages"]),
-                    "threads": tuple(ThreadStatistics(**item) for item in found["threads"]),
-                    "buffers": tuple(BufferStatistics(**item) for item in found["buffers"]),
-                }
+                    "stages": tuple(_typed(StageStatistics, item) for item in found["stages"]),
+                    "threads": tuple(_typed(ThreadStatistics, item) for item in found["threads"]),
+                    "buffers": tuple(_typed(BufferStatistics, item) for item in found["buffers"]),
+                },
             )
-        except (ValueError, TypeError, KeyError) as error:
+            loaded.thread("consumer")  # every snapshot has one: its summary starts there
+            return loaded
+        except (ValueError, TypeError, KeyError, RecursionError) as error:
             raise ValueError(f"not the JSON of LoaderStatistics.to_json(): {error!r}") from None
+
+
+D = TypeVar("D")
+_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def _typed(cls: type[D], item: Any) -> D:
+    """`cls(**item)`, each scalar field of the kind its annotation names (no bool for a number)."""
+    if not isinstance(item, dict):
+        raise TypeError(f"{cls.__name__} must be a JSON object, got {item!r:.100}")
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kinds, value = _KINDS.get(str(field.type)), item.get(field.name)
+        wrong = kinds is not None and (
+            not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))
+        )
+        if field.name in item and wrong:
+            raise TypeError(f"{cls.__name__}.{field.name} must be {field.type}, got {value!r:.100}")
+    return cls(**item)
 
 
 class _Named(Protocol):

@@ -247,5 +247,8 @@ def _read_metadata(pq: Any, source: Any, path: str, columns: tuple[str, ...] | N
             f"`{path}` is not a readable Parquet file: its row groups hold {in_groups} rows, "
             f"its footer says {metadata.num_rows}"
         )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a row is a dict by column name: one of the two would be lost
+        raise ValueError(f"`{path}` has more than one column named {', '.join(map(repr, twice))}")
     choose_columns(columns, names, f"`{path}`")
     return metadata

@@ -28,6 +28,8 @@ def require_paths(paths: Any, *, must_exist: bool = True) -> tuple[str, ...]:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"`paths[{i}]` must be a str or os.PathLike, got {path!r}.")
         path = os.fsdecode(path)
+        if "\x00" in path:
+            raise ValueError(f"`paths[{i}]` holds a NUL byte, which no file name may: {path!r}.")
         check_scheme(path, f"paths[{i}]")
         if must_exist and not is_url(path) and not os.path.isfile(path):
             raise FileNotFoundError(f"`paths[{i}]` is not a file: {path!r}.")

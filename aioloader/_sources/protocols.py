@@ -165,24 +165,29 @@ class RangeDataSource:
         r = self._range
         return f"RangeDataSource(start={r.start}, stop={r.stop}, step={r.step})"
 
+    def state_identity(self) -> list[int]:
+        """What a state records of it, to resume on the same range only."""
+        r = self._range
+        return [r.start, r.stop, r.step]
+
 
 def describe_source(source: Any) -> dict[str, Any]:
     """What identifies a source, for checkpoint states: its type and length, and for
-    aioloader's own sources what they read (`id`): a range's bounds, a digest of the
-    files' names (not their folders: a dataset moved to another mount still resumes).
-    A user's source has no `id`: its repr may hold an address that changes every run."""
+    aioloader's own sources what they read (`id`, their `state_identity()`): a range's
+    bounds, a digest of the files' names, of a MapDataset's graph. A user's source has no
+    `id`: its repr may hold an address that changes every run."""
     description: dict[str, Any] = {"type": type(source).__qualname__, "len": len(source)}
-    if isinstance(source, RangeDataSource):
-        r = source._range
-        description["id"] = [r.start, r.stop, r.step]
-    elif type(source).__module__.startswith("aioloader.") and isinstance(
-        getattr(source, "paths", None), tuple
-    ):
-        import hashlib  # here: its native hashes cost ~10 ms at import, and only this needs them
-
-        names = "\n".join(str(path).rstrip("/").rsplit("/", 1)[-1] for path in source.paths)
-        description["id"] = hashlib.sha1(names.encode(), usedforsecurity=False).hexdigest()[:16]
+    identity = getattr(source, "state_identity", None)
+    if callable(identity) and type(source).__module__.startswith("aioloader."):
+        description["id"] = identity()
     return description
+
+
+def digest(text: str) -> str:
+    """A short digest of `text`, for a state's `id` of a source."""
+    import hashlib  # here: its native hashes cost ~10 ms at import, and only states need them
+
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 def same_source(theirs: Any, ours: dict[str, Any]) -> bool:

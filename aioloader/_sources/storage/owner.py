@@ -17,6 +17,15 @@ class StoreOwner:
 
     _store: ObjectStore | None = None
 
+    paths: tuple[str, ...] = ()
+
+    def state_identity(self) -> str:
+        """What a state records of it: a digest of the files' names, not of their folders
+        (a dataset moved to another mount, or copied to object storage, still resumes)."""
+        from aioloader._sources.protocols import digest
+
+        return digest("\n".join(str(path).rstrip("/").rsplit("/", 1)[-1] for path in self.paths))
+
     def storage_statistics(self) -> StorageStatistics:
         """Requests to the object store so far (all zero for local files)."""
         return statistics_of(self._store)
