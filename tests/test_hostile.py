@@ -42,6 +42,7 @@ from aioloader import (
 )
 from tests.support.outputs import notes
 from tests.support.reference import canonical, reference_outputs
+from tests.support.transforms import LenIs
 
 Workers = int | str
 
@@ -989,19 +990,6 @@ def test_resume_at_every_position_with_another_worker_count(
 # 6. Bad arguments: refused at once, naming the parameter.
 
 
-class Sized:
-    """A source whose `__len__` says `length`, whatever that is."""
-
-    def __init__(self, length: Any) -> None:
-        self.length = length
-
-    def __len__(self) -> Any:
-        return self.length
-
-    def __getitem__(self, key: int) -> int:
-        return key
-
-
 class AsyncKeep(FilterTransform):
     async def filter(self, element: Any) -> bool:  # type: ignore[override]
         return True
@@ -1142,14 +1130,14 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "range-stop-float": (call(RangeDataSource, 0, 1.5), TypeError, "`stop`"),
     "range-step-None": (call(RangeDataSource, 0, 10, None), TypeError, "`step`"),
     # Found by the review, and fixed: each was accepted, or failed naming nothing.
-    "data_source-len-float": (call(loader_with, data_source=Sized(10.0)), TypeError, r"`len\(data_source\)`"),
+    "data_source-len-float": (call(loader_with, data_source=LenIs(10.0)), TypeError, r"`len\(data_source\)`"),
     "data_source-len-negative": (
-        call(loader_with, data_source=Sized(-1)),
+        call(loader_with, data_source=LenIs(-1)),
         ValueError,
         r"`len\(data_source\)`",
     ),
     "data_source-len-huge": (
-        call(loader_with, data_source=Sized(2**70)),
+        call(loader_with, data_source=LenIs(2**70)),
         ValueError,
         r"`len\(data_source\)`",
     ),

@@ -43,6 +43,7 @@ import aioloader as al
 from aioloader import report
 from aioloader._sources.arrayrecord.source import array_record_installed
 from tests.support.arrayrecord_files import OPTIONS, Spec
+from tests.support.transforms import LenIs
 
 Transform = Callable[[Any], Any]
 Build = Callable[[], Any]  # a fresh dataset (aioloader's IterDataset or MapDataset)
@@ -1345,17 +1346,6 @@ def test_bad_iter_dataset_arguments_are_named(
 
 
 NO_SEED: Any = None
-
-
-class LenIs:
-    def __init__(self, length: Any) -> None:
-        self.length = length
-
-    def __len__(self) -> Any:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,19 @@ class Pair(FlatMapTransform):
         return [element, element]
 
 
+class LenIs:
+    """A source whose `__len__` says `length`, whatever that is (hostile tests)."""
+
+    def __init__(self, length: Any) -> None:
+        self.length = length
+
+    def __len__(self) -> Any:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
 class BrokenSource:
     """Picklable, so it is read in the subinterpreters; the chosen keys cannot be read."""
 
