@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aioloader._common.failures import note
-from aioloader._common.validation import require_bool, require_int
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.functions import add_note
 from aioloader._dataset.mapping import FilterMapDataset
@@ -32,9 +31,8 @@ class BatchMapDataset(MapDataset[Any]):
         batch_fn: Callable[[list[Any]], Any] | None,
     ) -> None:
         super().__init__(parent)
-        self._size = require_int("batch_size", batch_size, minimum=1)
-        self._drop = require_bool("drop_remainder", drop_remainder)
-        Batch(self._size, self._drop, batch_fn)  # its checks of `batch_fn` (callable, not async)
+        batch = Batch(batch_size, drop_remainder, batch_fn)  # its checks of the three
+        self._size, self._drop = batch.batch_size, batch.drop_remainder
         _refuse_holes(parent)
         self._parent, self._parent_length = parent, len(parent)
         self._combine: Callable[[list[Any]], Any] = batch_fn or stack

@@ -22,7 +22,7 @@ from aioloader._operations.transforms import (
 )
 
 # What each dataset method accepts: aioloader's base class, Grain's class name, the method.
-_KINDS: dict[str, tuple[type, str, str]] = {
+KINDS: dict[str, tuple[type, str, str]] = {
     "map": (MapTransform, "Map", "map"),
     "random_map": (RandomMapTransform, "RandomMap", "random_map"),
     "filter": (FilterTransform, "Filter", "filter"),
@@ -36,7 +36,7 @@ def resolve(kind: str, transform: Any) -> tuple[Callable[..., Any], str]:
     A transform object gives its bound method; any other callable is called as it is.
     The Dataset API awaits nothing: an `async def` function is a TypeError.
     """
-    base, grain_name, method = _KINDS[kind]
+    base, grain_name, method = KINDS[kind]
     refuse_class("transform", transform)
     if isinstance(transform, base) or is_grain(transform, grain_name):
         function, what = getattr(transform, method), f"{type(transform).__name__}.{method}"

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from aioloader._common.calls import stray_stop
-from aioloader._common.validation import require_bool, require_int
+from aioloader._common.validation import require_int
 from aioloader._dataset.base import require_seed
 from aioloader._dataset.functions import add_note, resolve
 from aioloader._dataset.iter_base import IterDataset
@@ -148,11 +148,7 @@ class BatchIterDataset(IterDataset[Any]):
     ) -> None:
         super().__init__(parent)
         self._parent = parent
-        self._batch = Batch(
-            require_int("batch_size", batch_size, minimum=1),
-            require_bool("drop_remainder", drop_remainder),
-            batch_fn,
-        )
+        self._batch = Batch(batch_size, drop_remainder, batch_fn)  # its checks of the three
 
     def _plan(self, settings: Settings) -> Plan:
         plan = self._parent._plan(settings)

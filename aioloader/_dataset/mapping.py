@@ -106,9 +106,10 @@ class FilterMapDataset(ElementwiseMapDataset[T]):
 
     def __init__(self, parent: MapDataset[T], transform: Any) -> None:
         super().__init__(parent, "filter", transform)
+        self._label = f"filter({self._what})"  # made once, not per element
 
     def _call(self, element: T, index: int) -> T | None:
-        return element if filter_verdict(self._function(element), f"filter({self._what})") else None
+        return element if filter_verdict(self._function(element), self._label) else None
 
 
 def rng_factory(seed: int) -> Callable[[int], np.random.Generator]:

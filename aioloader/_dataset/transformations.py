@@ -12,25 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from aioloader._operations.transforms import (
-    Batch,
-    FilterTransform,
-    FlatMapTransform,
-    MapTransform,
-    MapWithIndexTransform,
-    RandomMapTransform,
-    is_grain,
-)
+from aioloader._dataset.functions import KINDS
+from aioloader._operations.transforms import FlatMapTransform, is_grain, own_batch
 
 D = TypeVar("D")  # a MapDataset or an IterDataset: the result is of the same kind
-
-# Which method takes each kind of transformation: aioloader's class, Grain's name, the method.
-_METHODS: tuple[tuple[type, str, str], ...] = (
-    (MapTransform, "Map", "map"),
-    (RandomMapTransform, "RandomMap", "random_map"),
-    (MapWithIndexTransform, "MapWithIndex", "map_with_index"),
-    (FilterTransform, "Filter", "filter"),
-)
 
 
 def apply_transformations(ds: D, transformations: Any) -> D:
@@ -43,13 +28,10 @@ def apply_transformations(ds: D, transformations: Any) -> D:
 
 
 def _apply_one(ds: Any, transformation: Any) -> Any:
-    if isinstance(transformation, Batch) or is_grain(transformation, "Batch"):
-        return ds.batch(
-            transformation.batch_size,
-            drop_remainder=transformation.drop_remainder,
-            batch_fn=transformation.batch_fn,
-        )
-    for base, grain_name, method in _METHODS:
+    batch = own_batch(transformation)
+    if batch is not None:
+        return ds.batch(batch.batch_size, drop_remainder=batch.drop_remainder, batch_fn=batch.batch_fn)
+    for base, grain_name, method in KINDS.values():  # the dataset methods and what each takes
         if isinstance(transformation, base) or is_grain(transformation, grain_name):
             return getattr(ds, method)(transformation)
     if isinstance(transformation, FlatMapTransform) or is_grain(transformation, "FlatMap"):

@@ -149,10 +149,10 @@ def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
     `flags` is the index of the element whose filter failed (or did not answer
     with a bool).
     """
-    fn = op.function()
+    fn, what = op.function(), f"`{op.name}` ({op.what})"  # the label made once, not per element
 
     def kept(element: Any) -> bool:
-        return _kept(op, fn(element))
+        return filter_verdict(fn(element), what)
 
     flags: list[bool] = []
     error: Exception | None = None
@@ -208,10 +208,6 @@ def _max_fan_out(op: Op) -> int | None:
     """The transform's `max_fan_out` (Grain's attribute), if it has an int one."""
     limit = getattr(op.target, "max_fan_out", None)
     return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None
-
-
-def _kept(op: Op, verdict: Any) -> bool:
-    return filter_verdict(verdict, f"`{op.name}` ({op.what})")
 
 
 def filter_verdict(verdict: Any, what: str) -> bool:

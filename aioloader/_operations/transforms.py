@@ -245,7 +245,7 @@ def refuse_class(name: str, operation: Any) -> None:
         )
 
 
-def _own_batch(operation: Any) -> Batch | None:
+def own_batch(operation: Any) -> Batch | None:
     """`operation` as aioloader's Batch if it is one (aioloader's or Grain's), else None."""
     if isinstance(operation, Batch):
         return operation
@@ -260,7 +260,7 @@ def compile_operations(operations: Sequence[Any]) -> Operations:
         raise TypeError(
             f"`operations` must be a list or tuple of operations, got {type(operations).__name__}."
         )
-    own = [_own_batch(op) for op in operations]
+    own = [own_batch(op) for op in operations]
     batches = [i for i, batch in enumerate(own) if batch is not None]
     if len(batches) > 1:
         raise ValueError(
