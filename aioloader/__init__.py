@@ -29,12 +29,6 @@ from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._loader import DataLoader, load
-from aioloader._observability.statistics import (
-    BufferStatistics,
-    LoaderStatistics,
-    StageStatistics,
-    ThreadStatistics,
-)
 from aioloader._operations.transforms import (
     Batch,
     FilterTransform,
@@ -66,6 +60,7 @@ _LAZY = {
     "AsyncDatasetIterator": "aioloader._dataset.iterator",
     "BOSHandling": "aioloader._operations.concat_then_split",
     "BestFitPackIterDataset": "aioloader._dataset.iter_packing",
+    "BufferStatistics": "aioloader._observability.statistics",
     "ConcatThenSplitIterDataset": "aioloader._dataset.iter_packing",
     "DatasetIterator": "aioloader._dataset.iterator",
     "FilesDataSource": "aioloader._sources.files",
@@ -73,10 +68,13 @@ _LAZY = {
     "HuggingFaceDataSource": "aioloader._sources.frames",
     "InterleaveIterDataset": "aioloader._dataset.interleave",
     "IterDataset": "aioloader._dataset.iter_base",
+    "LoaderStatistics": "aioloader._observability.statistics",
     "MapDataset": "aioloader._dataset.base",
     "ParquetDataSource": "aioloader._sources.parquet",
     "PolarsDataSource": "aioloader._sources.frames",
     "SQLiteDataSource": "aioloader._sources.sqlite",
+    "StageStatistics": "aioloader._observability.statistics",
+    "ThreadStatistics": "aioloader._observability.statistics",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
     "log_statistics": "aioloader._observability.logs",
     "register_metrics": "aioloader._observability.prometheus",
@@ -98,6 +96,12 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
     from aioloader._observability.logs import log_statistics
     from aioloader._observability.prometheus import register_metrics
+    from aioloader._observability.statistics import (
+        BufferStatistics,
+        LoaderStatistics,
+        StageStatistics,
+        ThreadStatistics,
+    )
     from aioloader._operations.concat_then_split import BOSHandling
     from aioloader._sources.arrayrecord.source import ArrayRecordDataSource
     from aioloader._sources.files import FilesDataSource

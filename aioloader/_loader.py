@@ -14,7 +14,6 @@ from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
 from aioloader._device.device_put import DevicePut
 from aioloader._executors.autoscale import default_maximum, default_memory_limit
-from aioloader._executors.interpreter.executor import check_interpreter_executor
 from aioloader._iteration.grain_state import GrainNames
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator
 from aioloader._iteration.spec import LoaderSpec
@@ -121,7 +120,9 @@ class DataLoader:
             raise TypeError(f"`read_options` must be a ReadOptions or None, got {read_options!r}.")
         if device_put is not None and not isinstance(device_put, DevicePut):
             raise TypeError(f"`device_put` must be a DevicePut or None, got {device_put!r}.")
-        if executor == "interpreter":
+        if executor == "interpreter":  # its modules load only for it
+            from aioloader._executors.interpreter.executor import check_interpreter_executor
+
             check_interpreter_executor(self.operations)
         self.data_source, self.sampler, self.executor = data_source, sampler, executor
         self.device_put = device_put

@@ -191,7 +191,7 @@ def test_ranges_from_kept_blocks_equal_the_array_form(max_index: int) -> None:
 
 
 def test_ranges_from_many_threads_at_once_are_equal() -> None:
-    max_index, chunk = 300_000, 160
+    max_index, chunk = 25 * RANGE_BLOCK, 160  # 20 blocks to walk, and more
     starts = list(range(0, 20 * RANGE_BLOCK, chunk))
     expected = {s: index_shuffle_array(np.arange(s, s + chunk), max_index, 5).tolist() for s in starts}
     index_shuffle_range(0, 1, max_index, 6)  # another seed's permutation: nothing kept for seed 5

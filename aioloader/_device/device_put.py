@@ -21,7 +21,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aioloader._common.calls import stray_stop
 from aioloader._common.failures import Failure, note
@@ -30,8 +30,10 @@ from aioloader._common.validation import int_field
 from aioloader._device.handoff import Handoff
 from aioloader._executors.threads import aclose_elsewhere
 from aioloader._observability.meter import Meter
-from aioloader._observability.statistics import BufferStatistics, Observation
 from aioloader._program.jobs import Outputs
+
+if TYPE_CHECKING:  # imported when figures are asked for (see `_observability/statistics`)
+    from aioloader._observability.statistics import Observation
 
 _names = itertools.count()
 
@@ -201,6 +203,8 @@ class DeviceEngine:
 
     def observe(self) -> Observation:
         """The inner engine's figures, with the device thread and its buffer."""
+        from aioloader._observability.statistics import BufferStatistics
+
         inner = self._inner.observe()
         waiting, capacity, peak = self._handoff.statistics()
         return dataclasses.replace(

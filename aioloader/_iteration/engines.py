@@ -24,12 +24,16 @@ from aioloader._common.positions import Position
 from aioloader._device.device_put import DeviceEngine, transfer_outputs
 from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.inline import AsyncInline, InlineAwaits, Steps, inline_steps, run_inline
-from aioloader._executors.interpreter.executor import interpreter_runner
-from aioloader._executors.threads import WorkerThreads, aclose_elsewhere, close_elsewhere, thread_runner
+from aioloader._executors.threads import (
+    RunnerFactory,
+    WorkerThreads,
+    aclose_elsewhere,
+    close_elsewhere,
+    thread_runner,
+)
 from aioloader._executors.tuning import Tuner
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._observability.statistics import Observation
 from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
     from aioloader._executors.loop_thread import AsyncSegments, LoopThread
+    from aioloader._observability.statistics import Observation  # imported when figures are asked for
 
 
 class SyncEngine(Protocol):
@@ -92,9 +97,18 @@ class AsyncEngine(Protocol):
     def observe(self) -> Observation: ...
 
 
+def _interpreter_runner(program: Program) -> RunnerFactory:
+    """Runners in subinterpreters: their modules load only for `executor="interpreter"`."""
+    from aioloader._executors.interpreter.executor import interpreter_runner
+
+    return interpreter_runner(program)
+
+
 def _observation(
     program: Program, buffers: list[Any], workers: int, read_threads: int, inline: bool = False
 ) -> Observation:
+    from aioloader._observability.statistics import Observation
+
     return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads, inline)
 
 
@@ -126,7 +140,7 @@ class ThreadedEngine:
                 loop = self._loop_thread.loop
             self._segments = AsyncSegments(self.scheduler, loop)
             self.scheduler.use_async_runner(self._segments)
-        runner = interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
+        runner = _interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
         # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
         # the event loop, where user code must not run), and where the consumer's thread can
         # run every step of a job (threads, no async segments). "auto" starts there: no

@@ -39,15 +39,15 @@ from aioloader._iteration.spec import LoaderSpec
 from aioloader._iteration.state import check_position, dump_state, load_state, make_state
 from aioloader._observability import logs as logs
 from aioloader._observability.meter import Meter
-from aioloader._observability.statistics import LoaderStatistics, Observation, snapshot
 from aioloader._program.jobs import Outputs
 from aioloader._sampling.leftovers import Detour, Leftovers
 
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
+    from aioloader._observability.statistics import LoaderStatistics, Observation  # when asked for
+
 _EMPTY: list[Any] = []
-_NOTHING = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
 
 
 class _Cursor(Generic[E]):
@@ -79,12 +79,15 @@ class _Cursor(Generic[E]):
         self.final: tuple[Observation, float] | None = None  # the figures at the end
 
     def statistics(self) -> LoaderStatistics:
+        from aioloader._observability.statistics import Observation, snapshot
+
         engine = self.holder.engine
         if engine is not None:
             return snapshot(engine.observe(), self.meter, time.perf_counter() - self.since)
         # Stopped: after a close from another thread, the consumer counts the outputs
         # it took from the current `Outputs` only when it next steps; count them here.
-        observation, until = self.final or (_NOTHING, time.perf_counter())
+        nothing = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
+        observation, until = self.final or (nothing, time.perf_counter())
         return snapshot(observation, self.meter, until - self.since, self._delivered())
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:

@@ -21,19 +21,21 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
-from aioloader._observability.statistics import BufferStatistics
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
 from aioloader._scheduling.planner import plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.window import Window
 from aioloader._scheduling.work import Place, SegmentRunner, Work
+
+if TYPE_CHECKING:  # imported when figures are asked for: see `aioloader._observability`
+    from aioloader._observability.statistics import BufferStatistics
 
 
 class AsyncRunner(Protocol):
@@ -356,6 +358,8 @@ class Scheduler:
     def buffers(self) -> list[BufferStatistics]:
         """Each stage's window: weight in flight (issued, or done and not yet delivered)
         against its bound, and its peak (a job bigger than the bound may pass alone)."""
+        from aioloader._observability.statistics import BufferStatistics
+
         with self._lock:
             stages = [self.records] if self.batches is None else [self.records, self.batches]
             return [
