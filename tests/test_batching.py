@@ -152,6 +152,17 @@ LEAVES_OF_ONE_TYPE = {
     "numpy bools": [np.bool_(True), np.bool_(False)],
     "arrays": [np.zeros((2, 3), np.float32), np.ones((2, 3), np.float32)],
     "big-endian arrays": [np.array(1, dtype=">i4"), np.array(2, dtype=">i4")],
+    # Arrays of numbers take `np.array` of the list: it must promote and copy as `np.stack` does.
+    "arrays of float32 and float64": [np.float32([1.5, 2]), np.float64([1 / 3, 4])],
+    "arrays of int8 and uint8": [np.int8([-1, 2]), np.uint8([255, 0])],
+    "arrays of bools and ints": [np.array([True, False]), np.array([3, 4])],
+    "arrays of int64 and uint64": [np.int64([-1]), np.uint64([2**64 - 1])],
+    "complex64 arrays": [np.complex64([1j]), np.complex64([2])],
+    "empty arrays": [np.zeros((0, 3)), np.zeros((0, 3))],
+    "views of one array": list(np.arange(12, dtype=np.float32).reshape(4, 3)[:, ::2]),
+    "object arrays holding lists": [np.array([[1], [2, 3]], dtype=object), np.array([[4], []], dtype=object)],
+    "string arrays of two lengths": [np.array(["a"]), np.array(["bcd"])],
+    "structured arrays": [np.zeros(2, dtype="i4,f8"), np.ones(2, dtype="i4,f8")],
     "masked arrays": [np.ma.masked_array([1, 2]), np.ma.masked_array([3, 4])],
     "datetimes of two units": [np.datetime64("2020-01-01"), np.datetime64("2020-01-02T03")],
 }

@@ -105,6 +105,14 @@ class CountingDevicePut(DevicePut):
             CountingDevicePut.threads.add(threading.current_thread().name)
         return super().transfer(batch, position)
 
+    def transfer_all(self, batches: list[Any]) -> list[Any] | None:
+        moved = super().transfer_all(batches)
+        if moved is not None:  # else `transfer` counts them, one by one
+            with CountingDevicePut.lock:
+                CountingDevicePut.transfers += len(batches)
+                CountingDevicePut.threads.add(threading.current_thread().name)
+        return moved
+
 
 def ahead_once_the_stage_catches_up(taken: int, wanted: int) -> int:
     """How far the transfers got ahead of `taken` outputs, waiting (up to 10 s) for `wanted`."""

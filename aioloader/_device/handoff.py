@@ -49,6 +49,11 @@ class Handoff(Generic[T]):
             self._not_empty.wake()
             return True
 
+    def room(self) -> int:
+        """How many items `put` would take now without waiting."""
+        with self._lock:
+            return self.capacity - len(self._items)
+
     def get(self) -> T | None:
         """The next item (blocking); None once closed and empty."""
         with self._lock:

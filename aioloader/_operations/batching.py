@@ -74,14 +74,17 @@ def _stack_alike(kind: type, elements: Sequence[Any]) -> np.ndarray | None:
     """Leaves all of one type `kind`, stacked in one numpy call where that gives
     exactly what stacking them one by one gives (else None).
 
-    Plain arrays go to `np.stack` as they are (it makes each an array anyway).
-    Scalars of one type have one dtype each, so `np.asarray` of their list is
-    their stack; Python ints only if the list is of the default int (each fits
-    in it: a larger one makes numpy pick another dtype for it alone).
+    Plain arrays go to `np.stack` as they are (it makes each an array anyway);
+    numeric ones to `np.array` of their list, which promotes their dtypes as
+    `np.stack` does and copies them alike at a third of its cost per array
+    (128 rows of 32 floats: 15 against 40 us on CPython 3.13t). Scalars of
+    one type have one dtype each, so `np.asarray` of their list is their
+    stack; Python ints only if the list is of the default int (each fits in
+    it: a larger one makes numpy pick another dtype for it alone).
     """
     if kind is np.ndarray:
         try:
-            return np.stack(elements)
+            return _stack_arrays(elements)
         except ValueError:
             return None  # different shapes: the one-by-one path says which
     if kind is int:
@@ -91,6 +94,17 @@ def _stack_alike(kind: type, elements: Sequence[Any]) -> np.ndarray | None:
     if issubclass(kind, (bool, float, complex, np.number, np.bool_)):
         return np.asarray(elements)
     return None
+
+
+def _stack_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """`np.stack(arrays)`, through `np.array` where that is the same and faster: arrays of
+    numbers (not objects, strings or records, whose elements numpy might look into)."""
+    first = arrays[0]
+    if first.dtype.kind in "biufc":
+        stacked = np.array(arrays)
+        if stacked.shape == (len(arrays), *first.shape):
+            return stacked
+    return np.stack(arrays)
 
 
 def _stack_mixed(elements: Sequence[Any], path: str) -> np.ndarray:
