@@ -29,6 +29,7 @@ def restless(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuning, "MIN_OUTPUTS", 1)
     monkeypatch.setattr(tuning, "FIRST_HOLD", 1)
     monkeypatch.setattr(tuning, "MARGIN", 0.0)  # every trial wins
+    monkeypatch.setattr(tuning, "RISING", float("inf"))  # no rate rises enough to put off a trial
     monkeypatch.setattr(tuning, "WAITING", 0.0)
     monkeypatch.setattr(tuning, "PARALLEL", float("inf"))  # never sure that the threads pay off
 
@@ -227,3 +228,45 @@ def test_statistics_name_the_consumers_thread_when_it_was_chosen(monkeypatch: py
         assert statistics.worker_count == 0
         assert "the consumer's thread runs the chunks" in statistics.summary()
         assert len(list(iterator)) == 500 - taken  # and on to the end
+
+
+class ColdBlocks:
+    """A source whose first read of each block of 40 keys is slow, as a cache warming up (Parquet's
+    row groups): the consumer's thread runs slow at first, and the tuner's first phases with it."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._warm: set[int] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> int:
+        with self._lock:
+            cold = key // 40 not in self._warm
+            self._warm.add(key // 40)
+        if cold:
+            time.sleep(0.002)  # the GIL released, as while a row group is decoded
+        return key
+
+
+@repeated
+def test_auto_after_a_cold_start_delivers_the_batches_of_worker_count_0(
+    monkeypatch: pytest.MonkeyPatch, repeat: int
+) -> None:
+    """Whatever the tuner makes of a cold start (`tuning._settled`): short phases, so that it
+    measures and tries levels many times in this short run."""
+    monkeypatch.setattr(tuning, "PHASE_SECONDS", 0.002)
+    monkeypatch.setattr(tuning, "FIRST_HOLD", 2)
+
+    def batches(workers: int | str) -> list[Any]:
+        loader = aioloader.DataLoader(
+            data_source=ColdBlocks(4000),
+            sampler=aioloader.IndexSampler(4000, shuffle=True, num_epochs=1, seed=3),
+            operations=[Noise(), aioloader.Batch(8)],
+            worker_count=workers,
+        )
+        return list(loader)
+
+    assert_same_outputs(batches("auto"), batches(0))

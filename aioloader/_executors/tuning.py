@@ -30,18 +30,27 @@ first output of a job issued at its level (jobs issued before a change ran at
 the level before), once every worker has made its copy of the operations.
 The first phase only warms up (the outputs the workers made while the
 consumer started come at once: they would make one worker look as fast as
-two). After the next one, the tuner tries a neighbouring level for one phase
-(`_neighbours`: from workers, one more, one fewer, the consumer's thread;
-from the consumer's thread, the workers it left and one more, since one
-worker may lose to it where two win; of these, the one measured longest
-ago) and keeps it if it delivered at least `MARGIN` times faster than the
-better of the last two phases before; after such a win, the next trial
-comes at once (climbing is quick). A trial that lost doubles the phases
-before the next one, whichever level that tries (`FIRST_HOLD`, then up to
-`MAX_HOLD`: a few seconds): one schedule for all the neighbours, so that a
-run that has settled pays for one trial at a time, and less and less often.
+two). Once the rate has settled (two phases at the level, the last not
+`RISING` times faster than the one before), the tuner tries a neighbouring
+level for one phase (`_neighbours`: from workers, one more, one fewer, the
+consumer's thread; from the consumer's thread, the workers it left and one
+more, since one worker may lose to it where two win; of these, the one
+measured longest ago) and keeps it if it delivered at least `MARGIN` times
+faster than the better of the last two phases before; after such a win, the
+next trial comes as soon as the rate has settled (climbing is quick). A
+trial that lost doubles the phases before the next one, whichever level
+that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
+schedule for all the neighbours, so that a run that has settled pays for
+one trial at a time, and less and less often.
 There is no trial:
 
+* while the rate still rises (`_settled`): a cache warming up makes the
+  level running then look slow, and a trial that beats it leaves it for
+  long (Parquet on 3.11: the consumer's thread measured 80,000 rows/s in
+  its first phase after the warm-up, cold, and 150,000 warm; two workers,
+  120,000, won the trial against the cold phase, and the consumer's
+  thread's turn would have come again some 25 phases later, past the end
+  of the run);
 * of more workers, while the consumer waits for less than `WAITING` of a
   phase (the loader keeps up), nor above the memory bound of "auto";
 * of the consumer's thread, while the threads keep up, or clearly pay off:
@@ -71,6 +80,7 @@ MIN_OUTPUTS = 4  # ... of at least this many outputs
 FIRST_HOLD = 8  # phases before the first trial from a new level; each trial that lost doubles it
 MAX_HOLD = 128  # the most phases between two trials
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
+RISING = 1.1  # a phase this much faster than the one before: the rate still rises, no trial yet
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
 LONG_CHUNK = 0.0005  # ... with this much CPU time per chunk: the threads pay off
@@ -113,8 +123,8 @@ class Tuner:
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
         self._trial_phases = 0  # the phases a trial runs: 2 where it starts workers (see `_judge`)
         # The phases measured, the last one measured at each level (-1: none yet), the
-        # phases until the next trial (the first after one past the warm-up: runs may be short) and the
-        # hold the last trial that lost set.
+        # phases until the next trial (the first as soon as the rate has settled after the
+        # warm-up: runs may be short) and the hold the last trial that lost set.
         self._phases = 0
         self._measured = dict.fromkeys(self._levels, -1)
         self._hold, self._backoff = 1, FIRST_HOLD
@@ -173,8 +183,14 @@ class Tuner:
             self._reads.grow()
         else:
             self._hold -= 1
-            if self._hold <= 0:
+            if self._hold <= 0 and self._settled():
                 self._try_another(span)
+
+    def _settled(self) -> bool:
+        """True once two phases at this level were measured and the last was not `RISING` times
+        faster than the one before: a rate that still rises (a cache warming up, a worker
+        starting late) is no baseline for a trial, which would beat it and leave it."""
+        return len(self._rates) == 2 and self._rates[1] < RISING * self._rates[0]
 
     def _judge(self, rate: float) -> None:
         """End a trial: keep its level if it delivered `MARGIN` times faster (and try the next

@@ -11,6 +11,7 @@ from aioloader._executors import tuning
 from aioloader._executors.tuning import Tuner
 
 PHASE = tuning.PHASE_SECONDS
+FIRST_TRIAL = 3  # phases before the first trial: the warm-up, and two that show a settled rate
 
 
 @dataclass
@@ -80,7 +81,7 @@ def phases(count: int, speed: float) -> int:
 
 def test_a_consumer_thread_twice_as_fast_takes_over_and_statistics_show_it_once_chosen() -> None:
     run = Run([0, 2], 2, {2: 1100, 0: 2300})
-    run.outputs(phases(2, 1100))  # a phase to warm up, one of the workers: then the consumer's thread
+    run.outputs(phases(FIRST_TRIAL, 1100))  # a phase to warm up, two of the workers: then the trial
     assert run.tuner.level == 0
     assert run.tuner.chosen == 2
     assert run.scheduler.inline == [True]
@@ -120,7 +121,7 @@ def test_no_trial_of_the_consumer_thread_while_the_threads_clearly_pay_off() -> 
 
 def test_outputs_of_jobs_issued_before_a_change_are_not_measured() -> None:
     run = Run([0, 2], 2, {2: 1100, 0: 1100})
-    run.outputs(phases(2, 1100) - 1)  # past the warm-up
+    run.outputs(phases(FIRST_TRIAL, 1100) - 1)  # past the warm-up and a settled rate
     run.scheduler.issued += 50  # jobs the workers hold when the level changes
     run.outputs(1)  # the phase ends: the trial starts, with the consumer's thread
     assert run.tuner.level == 0
@@ -145,8 +146,8 @@ def test_the_outputs_ready_when_the_consumer_starts_are_not_measured() -> None:
         run.now += 1e-5
         run.scheduler.taken += 1
         run.tuner.delivered(1, 1e-5)
-    run.outputs(phases(2, 1010))
-    assert 2 in run.levels  # tried after a phase of one worker measured at its pace
+    run.outputs(phases(FIRST_TRIAL, 1010))
+    assert 2 in run.levels  # tried after phases of one worker measured at its pace
     run.outputs(phases(2, 1930))
     assert run.tuner.chosen == 2
 
@@ -173,7 +174,7 @@ def test_auto_starts_on_the_consumers_thread_and_tries_two_workers_first() -> No
     run = Run([0, 1, 2, 3], 0, {0: 1000, 1: 1010, 2: 1930, 3: 2030}, memory_limit=1 << 62)
     assert run.tuner.level == 0
     assert run.scheduler.inline == [True]
-    run.outputs(phases(2, 1000))  # a phase to warm up, one measured: then the trial
+    run.outputs(phases(FIRST_TRIAL, 1000))  # a phase to warm up, two measured: then the trial
     assert run.tuner.level == 2
     assert run.workers.running == 2
     run.outputs(phases(1, 1930))
@@ -184,7 +185,7 @@ def test_a_trial_of_more_workers_slow_in_its_first_phase_gets_a_second() -> None
     """A new worker may start late: a trial that started workers and lost its first phase
     runs one more, and is judged by the faster of the two."""
     run = Run([0, 1, 2], 1, {0: 500, 1: 1000, 2: 1000}, memory_limit=1 << 62)
-    run.outputs(phases(2, 1000))
+    run.outputs(phases(FIRST_TRIAL, 1000))
     assert run.tuner.level == 2
     run.outputs(phases(1, 1000))  # as slow as one worker: the second one is not working yet
     assert (run.tuner.level, run.tuner.chosen) == (2, 1)
@@ -203,3 +204,31 @@ def test_one_schedule_for_all_neighbours_and_the_one_measured_longest_ago_goes_f
             tried.append(run.tuner.level)
     assert tried[:3] == [1, 0, 1]
     assert run.tuner.chosen == 2
+
+
+def test_no_trial_while_the_rate_rises_so_a_cold_start_leaves_no_stale_baseline() -> None:
+    """A cache warming up (Parquet's row groups on 3.11): the consumer's thread delivers 810 a
+    second cold, 1,510 warm, two workers 1,210 either way. The trial of the workers waits until
+    the consumer's thread's rate has settled, and loses: tried against the cold phase, it would
+    have won, and the consumer's thread would have waited 8 phases and more for a trial."""
+    run = Run([0, 1, 2], 0, {0: 810, 1: 1010, 2: 1210}, memory_limit=1 << 62)
+    run.outputs(phases(2, 810))  # the warm-up, and a phase cold
+    run.speed[0] = 1510  # warm from here on
+    run.outputs(phases(1, 1510))
+    assert set(run.levels) == {0}  # 1.9 times faster than the phase before: still rising, no trial
+    run.outputs(phases(1, 1510))
+    assert run.tuner.level == 2  # settled: the trial
+    run.outputs(phases(10, 1510))
+    assert run.tuner.chosen == 0  # two workers lost to the warm consumer's thread
+    assert run.levels[-1] == 0
+
+
+def test_a_rate_that_keeps_rising_delays_the_trial_a_phase_at_a_time() -> None:
+    run = Run([0, 2], 2, {0: 1000, 2: 500}, memory_limit=1 << 62)
+    run.outputs(phases(1, 500))  # the warm-up
+    for speed in (500, 600, 700, 800, 900):  # each phase 10% faster than the one before, or more
+        run.speed[2] = speed + 10
+        run.outputs(phases(1, speed + 10))
+    assert set(run.levels) == {2}
+    run.outputs(phases(2, 910))  # as fast as the phase before: settled, the trial
+    assert 0 in run.levels
