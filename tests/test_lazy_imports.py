@@ -64,6 +64,22 @@ def test_import_aioloader_leaves_the_dataset_api_and_exports_for_later() -> None
     assert [m for m in loaded if m.startswith(tuple(LATER)) and m != "aioloader._sources.protocols"] == []
     assert "aioloader._operations.concat_then_split" not in loaded
     assert "aioloader._observability.prometheus" not in loaded
+    # Each of these costs milliseconds: the first `statistics()` (or a close) loads the
+    # snapshot's classes, `executor="interpreter"` the subinterpreter executor.
+    assert "aioloader._observability.statistics" not in loaded
+    assert [m for m in loaded if m.startswith("aioloader._executors.interpreter")] == []
+
+
+def test_the_statistics_classes_load_with_their_names_and_with_statistics() -> None:
+    code = (
+        "import aioloader\n"
+        "loader = aioloader.DataLoader(data_source=aioloader.RangeDataSource(0, 10, 1), "
+        "sampler=aioloader.SequentialSampler(10), worker_count=0)\n"
+        "iterator = iter(loader)\n"
+        "assert isinstance(iterator.statistics(), aioloader.LoaderStatistics)\n"
+        "assert aioloader.StageStatistics.__module__ == 'aioloader._observability.statistics'"
+    )
+    assert "aioloader._observability.statistics" in aioloader_modules_after(code)
 
 
 def test_a_dataset_name_loads_its_modules_when_named() -> None:
