@@ -182,3 +182,21 @@ def test_leaves_of_one_type_stack_as_one_by_one(name: str) -> None:
 def test_arrays_of_different_shapes_still_name_the_shapes() -> None:
     with pytest.raises(ValueError, match=r"element has different shapes \[\(2,\), \(3,\)\]"):
         stack([np.zeros(2), np.zeros(3)])
+
+
+NUMBERS_THEN_UNSTACKABLE = {
+    "an int array, then a datetime array": [np.int64([1, 2]), np.array(["2020-01-01"] * 2, dtype="M8[D]")],
+    "a float array, then a record array": [np.ones(2), np.zeros(2, dtype=[("a", "f4")])],
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS_THEN_UNSTACKABLE))
+def test_arrays_of_numbers_then_arrays_numpy_cannot_promote_raise_as_np_stack_does(name: str) -> None:
+    """The first array is of numbers, a later one of a dtype numbers do not promote with:
+    `np.stack` refuses them (DTypePromotionError, a TypeError); `np.array` of their list
+    would make an object array of them instead, which the one-by-one stack never gives."""
+    elements = NUMBERS_THEN_UNSTACKABLE[name]
+    with pytest.raises(TypeError) as expected:
+        np.stack(elements)
+    with pytest.raises(type(expected.value)):
+        stack(elements)

@@ -98,11 +98,14 @@ def _stack_alike(kind: type, elements: Sequence[Any]) -> np.ndarray | None:
 
 def _stack_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
     """`np.stack(arrays)`, through `np.array` where that is the same and faster: arrays of
-    numbers (not objects, strings or records, whose elements numpy might look into)."""
+    numbers (not objects, strings or records, whose elements numpy might look into).
+
+    The result must be of numbers too: after a first array of numbers, `np.array` makes
+    an object array of a later datetime or record array, which `np.stack` refuses."""
     first = arrays[0]
     if first.dtype.kind in "biufc":
         stacked = np.array(arrays)
-        if stacked.shape == (len(arrays), *first.shape):
+        if stacked.dtype.kind in "biufc" and stacked.shape == (len(arrays), *first.shape):
             return stacked
     return np.stack(arrays)
 
