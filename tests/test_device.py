@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, RangeDataSource  # noqa: E402
-from tests.conftest import repeated  # noqa: E402
+from tests.conftest import repeated, wait_for_no_threads  # noqa: E402
 from tests.support.reference import ToDict, assert_same_outputs  # noqa: E402
 
 
@@ -162,3 +162,109 @@ def test_bad_device_put_arguments() -> None:
         DevicePut(buffer_size=0)
     with pytest.raises(TypeError, match=r"`sharding` must be a jax\.sharding\.Sharding"):
         DevicePut(sharding="data")  # type: ignore[arg-type, unused-ignore]
+
+
+class GroupsDevicePut(DevicePut):
+    """Records the size of each group the device thread puts in one call."""
+
+    groups: ClassVar[list[int]] = []
+
+    def transfer_all(self, batches: list[Any]) -> list[Any] | None:
+        GroupsDevicePut.groups.append(len(batches))
+        return super().transfer_all(batches)
+
+
+def odd_batch(elements: list[int]) -> Any:
+    """Leaves of mixed float widths, 0-d arrays, and a leaf that is a list of arrays."""
+    values = np.array(elements)
+    return {
+        "f32": values.astype(np.float32),
+        "f64": values.astype(np.float64) / 3,
+        "zero_d": np.array(values.sum(), dtype=np.float32),
+        "scalar": np.float64(values[0]),
+        "list": [values.astype(np.int32), np.zeros((len(elements), 2), np.float16)],
+    }
+
+
+def odd_loader(workers: int, device_put: DevicePut | None, n: int = 120, fn: Any = odd_batch) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, n),
+        sampler=IndexSampler(n, shuffle=True, seed=5, num_epochs=1),
+        operations=[Batch(2, batch_fn=fn)],
+        worker_count=workers,
+        device_put=device_put,
+    )
+
+
+@pytest.mark.parametrize("buffer_size", [1, 4])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_odd_leaves_arrive_as_jax_would_put_them_in_groups_or_not(workers: int, buffer_size: int) -> None:
+    GroupsDevicePut.groups = []
+    device = list(odd_loader(workers, GroupsDevicePut(buffer_size=buffer_size)))
+    assert_same_outputs([to_host(b) for b in device], as_jax_would(list(odd_loader(0, None))))
+    assert all(isinstance(leaf, jax.Array) for b in device for leaf in jax.tree.leaves(b))
+    if workers:  # at most as many in one call as the buffer takes
+        assert max(GroupsDevicePut.groups, default=1) <= buffer_size
+
+
+def with_a_string(elements: list[int]) -> Any:
+    return {"x": np.array(elements), "name": np.array([str(e) for e in elements], dtype=object)}
+
+
+def with_a_huge_id(elements: list[int]) -> Any:
+    return {"x": np.array(elements), "id": np.array(elements, np.int64) + (2**40 if 40 in elements else 0)}
+
+
+def collect(loader: DataLoader, into: list[Any]) -> None:
+    for batch in loader:
+        into.append(batch)
+
+
+@pytest.mark.parametrize(
+    ("fn", "error", "leaf"), [(with_a_string, TypeError, "['name']"), (with_a_huge_id, ValueError, "['id']")]
+)
+@pytest.mark.parametrize("buffer_size", [1, 4])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_leaf_jax_cannot_take_is_named_in_groups_too(
+    workers: int, buffer_size: int, fn: Any, error: type[Exception], leaf: str
+) -> None:
+    """The batches before it arrive; the error names the leaf and the batch's position."""
+    loader = odd_loader(workers, DevicePut(buffer_size=buffer_size), fn=fn)
+    host = list(odd_loader(0, None, fn=fn))
+    bad = next(b for b, batch in enumerate(host) if leaf == "['name']" or 40 in batch["x"])
+    got: list[Any] = []
+    with pytest.raises(error) as raised:
+        collect(loader, got)
+    assert len(got) == bad
+    text = "\n".join([str(raised.value), *getattr(raised.value, "__notes__", [])])
+    assert leaf in text
+    assert f"index={2 * (bad + 1)}" in text
+
+
+class SlowGroups(DevicePut):
+    """A grouped transfer that takes a while: the consumer closes during it."""
+
+    started: ClassVar[threading.Event] = threading.Event()
+
+    def transfer_all(self, batches: list[Any]) -> list[Any] | None:
+        SlowGroups.started.set()
+        time.sleep(0.3)
+        return super().transfer_all(batches)
+
+
+def test_close_from_another_thread_during_a_grouped_transfer() -> None:
+    SlowGroups.started = threading.Event()
+    with iter(host_and_device(2, SlowGroups(buffer_size=4), batch=2, n=4000)) as iterator:
+        taken = [next(iterator)]
+        while not SlowGroups.started.is_set():  # the consumer keeps up: the buffer has room for groups
+            taken.append(next(iterator))
+        closer = threading.Thread(target=iterator.close)
+        started = time.monotonic()
+        closer.start()  # while the device thread is inside a grouped transfer
+        closer.join(5)
+        assert not closer.is_alive()
+        assert time.monotonic() - started < 2.5
+        assert not wait_for_no_threads(2.0)
+        rest = list(iterator)  # at most what was handed over, then the end
+        assert len(rest) <= 4
+    assert all(isinstance(leaf, jax.Array) for b in taken for leaf in jax.tree.leaves(b))
