@@ -74,7 +74,7 @@ def test_every_position_equals_grains(max_index: int, seed: int) -> None:
     assert ours.tolist() == [grain(p, max_index, seed, 4) for p in positions.tolist()]
 
 
-@pytest.mark.parametrize("rounds", [4, 6, 8, 12])
+@pytest.mark.parametrize("rounds", [4, 6, 8, 12, 40])  # tables per round key up to 8
 def test_more_rounds_equal_grains(rounds: int) -> None:
     grain = grain_index_shuffle()
     for max_index in (57, 20_000, 3_000_000):

@@ -53,6 +53,7 @@ MIN_BLOCK_BITS = 16
 _U32 = 0xFFFFFFFF
 _KEPT = 4  # permutations (and keys) kept: a sampler moves through epochs in order
 _FEW = 16  # below this many positions, plain ints beat numpy's fixed cost per call
+_TABLED_ROUNDS = 8  # up to this many rounds, a table per round key (128 KiB each)
 RANGE_BLOCK = 16384  # consecutive positions computed together by `index_shuffle_range` (128 KiB)
 _RANGE_BLOCKS_KEPT = 8  # per permutation: more than the chunks that workers hold at once
 _Word = TypeVar("_Word", int, "np.ndarray")  # a string: NumPy may be a stand-in (subinterpreters)
@@ -175,7 +176,8 @@ class _Cipher:
         # Words of up to 16 bits: each round is one lookup in a table of `simon_mix(x) ^ key`
         # (128 KiB a key), on halves of 16 bits; wider words compute the mix on 32 bits.
         self._half = np.uint16 if self._word <= 16 else np.uint32
-        self._round_tables = _round_tables(self._word, tuple(self._keys)) if self._word <= 16 else None
+        tabled = self._word <= 16 and rounds <= _TABLED_ROUNDS
+        self._round_tables = _round_tables(self._word, tuple(self._keys)) if tabled else None
         self._permutation = self._whole_permutation() if 4 * (max_index + 1) < 1 << bits else None
         self._blocks: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._blocks_lock = threading.Lock()  # guards `_blocks`; blocks are computed outside it
@@ -262,9 +264,10 @@ class _Cipher:
                 left ^= tables[k][right]
                 right ^= tables[k + 1][left]
             return
+        half = self._half  # the keys in the halves' dtype: the xor keeps it
         for k in range(0, len(self._keys), 2):
-            left ^= simon_mix(right, self._word) ^ np.uint32(self._keys[k])
-            right ^= simon_mix(left, self._word) ^ np.uint32(self._keys[k + 1])
+            left ^= simon_mix(right, self._word) ^ half(self._keys[k])
+            right ^= simon_mix(left, self._word) ^ half(self._keys[k + 1])
 
     def _one(self, position: int) -> int:
         """The image of one position, with plain ints: no numpy fixed cost per call."""
