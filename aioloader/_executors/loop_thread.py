@@ -27,7 +27,8 @@ class AsyncSegments:
     def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
         self._scheduler, self._loop = scheduler, loop
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False  # set by `cancel`: no task starts after it
+        self._closed = False  # set by `cancel`, or once the loop shuts down: no task starts after it
+        self._watch: asyncio.Task[None] | None = None  # see `_watch_shutdown`
 
     def submit(self, work: Work) -> None:
         """Run `work`'s asynchronous segments (from any thread)."""
@@ -36,7 +37,9 @@ class AsyncSegments:
 
     def _start(self, work: Work) -> None:
         if self._closed:
-            return  # submitted before `cancel` reached the loop: the scheduler is closed
+            return  # submitted before `cancel` reached the loop, or the loop shuts down
+        if self._watch is None:
+            self._watch = self._loop.create_task(self._watch_shutdown())
         task = self._loop.create_task(self._run(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -58,6 +61,17 @@ class AsyncSegments:
             raise
         except BaseException as error:
             scheduler.fail(error)
+
+    async def _watch_shutdown(self) -> None:
+        """Wait until cancelled: a loop that ends with the iterator still open (the end of
+        `asyncio.run`) cancels every task, this one too, and then runs the loop a while to
+        let them finish. Workers may still submit jobs then; a task started for one would
+        be left pending on the closed loop, its coroutines never awaited (a RuntimeWarning
+        each). Once this task is cancelled, no task starts."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self._closed = True
 
     def cancel(self) -> None:
         """Cancel every segment in progress, and start none after (from any thread).
@@ -81,7 +95,7 @@ class AsyncSegments:
             await asyncio.wait(list(self._tasks))
 
     def _cancel_now(self) -> None:
-        for task in list(self._tasks):
+        for task in [*self._tasks, *([self._watch] if self._watch is not None else [])]:
             task.cancel()
 
 
@@ -105,10 +119,13 @@ class LoopThread:
         try:
             self.loop.run_forever()
         finally:
-            for task in asyncio.all_tasks(self.loop):
-                task.cancel()
-            pending = asyncio.all_tasks(self.loop)
-            if pending:
+            # Until no task is left: while the cancelled ones finish, a job submitted just
+            # before the stop starts a task of its own (`AsyncSegments._start`), whose
+            # `async def` map makes tasks in turn; left pending on the closed loop, their
+            # coroutines would never be awaited (a RuntimeWarning each, at collection).
+            while pending := asyncio.all_tasks(self.loop):
+                for task in pending:
+                    task.cancel()
                 self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
