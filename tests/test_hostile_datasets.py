@@ -1978,6 +1978,11 @@ def test_the_report_exits_2_naming_what_it_cannot_use(
     Path("folder.json").mkdir()
     target = target.replace("{mod}", factories)
     assert report.main([target, "--batches", "3"]) == 2
+    assert_report_names(capsys, target, message)
+
+
+def assert_report_names(capsys: pytest.CaptureFixture[str], target: str, message: str) -> None:
+    """The report's error, on stderr, names `target` and says `message`."""
     err = capsys.readouterr().err
     assert err.startswith(f"aioloader.report: {target}: ")
     assert message in err
@@ -2349,9 +2354,7 @@ def test_the_report_exits_2_when_user_code_or_a_snapshot_fails(
         assert report.main([target, "--batches", "5"]) == 2
     finally:
         sys.modules.pop("broken_module", None)
-    err = capsys.readouterr().err
-    assert err.startswith(f"aioloader.report: {target}: ")
-    assert message in err
+    assert_report_names(capsys, target, message)
 
 
 def test_the_report_of_an_iter_dataset_gives_each_parallel_part(

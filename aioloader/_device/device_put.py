@@ -67,9 +67,8 @@ class DevicePut:
         leaf, to name the leaf that does not fit."""
         import jax
 
-        if not jax.config.read("jax_enable_x64"):  # type: ignore[no-untyped-call]
-            _check_narrowing(batch, position)
-        global_arrays = self.sharding is not None and _process_count() > 1
+        _check_narrowing(batch, position)
+        global_arrays = self._global_arrays()
         if not global_arrays:
             try:
                 return jax.device_put(batch, self.sharding)
@@ -99,16 +98,19 @@ class DevicePut:
         whose ints JAX would narrow, or any failure, which `transfer` then names."""
         import jax
 
-        if self.sharding is not None and _process_count() > 1:
+        if self._global_arrays():
             return None
         try:
-            if not jax.config.read("jax_enable_x64"):  # type: ignore[no-untyped-call]
-                for batch in batches:
-                    _check_narrowing(batch, (0, 0, 0))
+            for batch in batches:
+                _check_narrowing(batch, (0, 0, 0))
             moved: list[Any] = jax.device_put(batches, self.sharding)
         except Exception:
             return None
         return moved
+
+    def _global_arrays(self) -> bool:
+        """True when each process's batch is its part of a global `jax.Array`."""
+        return self.sharding is not None and _process_count() > 1
 
 
 # Without `jax_enable_x64`, JAX puts 64-bit ints on the device as 32-bit ones: a value past
@@ -122,6 +124,8 @@ def _check_narrowing(batch: Any, position: Position) -> None:
     import jax
     import numpy as np
 
+    if jax.config.read("jax_enable_x64"):  # type: ignore[no-untyped-call]
+        return
     for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
         dtype = getattr(leaf, "dtype", None)
         if not isinstance(leaf, np.ndarray | np.generic) or dtype is None or dtype.kind not in _INT32:

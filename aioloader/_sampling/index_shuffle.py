@@ -235,9 +235,7 @@ class _Cipher:
 
         The state between passes is the two halves of each block, which are the
         next pass's input as they are: they are joined only to compare with `max_index`."""
-        word = np.uint64(self._word)
-        mask = np.uint64(self._mask)  # positions that do not fit the block are masked: `shuffle` keeps them
-        left, right = ((values >> word) & mask).astype(self._half), (values & mask).astype(self._half)
+        left, right = self._split(values)
         self._encrypt(left, right)
         joined = self._join(left, right)
         limit = np.uint64(self._max)
@@ -250,6 +248,13 @@ class _Cipher:
             joined[pending] = images
             pending = pending[images > limit]
         return joined
+
+    def _split(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The two halves of blocks (uint64), masked to a word each: a position that does not
+        fit the block is cut short here, and `shuffle` keeps it as it was."""
+        mask = np.uint64(self._mask)
+        left = ((values >> np.uint64(self._word)) & mask).astype(self._half)
+        return left, (values & mask).astype(self._half)
 
     def _join(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """The blocks (uint64) of two arrays of halves."""
@@ -296,8 +301,7 @@ class _Cipher:
         position's image points at the first in-range value along its cycle.
         """
         block = np.arange(1 << (2 * self._word), dtype=np.uint64)  # 65,536 values
-        left = (block >> np.uint64(self._word)).astype(self._half)
-        right = (block & np.uint64(self._mask)).astype(self._half)
+        left, right = self._split(block)
         self._encrypt(left, right)
         images = self._join(left, right).astype(np.int64)
         in_range = np.arange(block.size) <= self._max
