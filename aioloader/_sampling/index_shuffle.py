@@ -31,9 +31,10 @@ block is in range: about 1 us a position, as much as the rest of the
 loader's work on small records. The loader asks for consecutive positions,
 chunk after chunk, so `index_shuffle_range` computes them in blocks of
 `RANGE_BLOCK` and keeps the last few: the passes are paid once per block.
-A pass then costs about 15 ns a position that takes it (16-bit halves kept
-between passes, and a table of `mix ^ key` per round): 15 to 70 ns a
-position in all on CPython 3.13t, from 1 to 3.4 passes on average.
+A pass then costs about 9 ns a position that takes it (a table of
+`mix ^ key` per round, indexed by halves kept as intp, and only the blocks
+still out of range gathered for the next pass): 9 to 45 ns a position in all
+on CPython 3.13t, from 1 to 3.4 passes on average.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ MIN_BLOCK_BITS = 16
 _U32 = 0xFFFFFFFF
 _KEPT = 4  # permutations (and keys) kept: a sampler moves through epochs in order
 _FEW = 16  # below this many positions, plain ints beat numpy's fixed cost per call
-_TABLED_ROUNDS = 8  # up to this many rounds, a table per round key (128 KiB each)
+_TABLED_ROUNDS = 8  # up to this many rounds, a table per round key (at most 512 KiB each)
 RANGE_BLOCK = 16384  # consecutive positions computed together by `index_shuffle_range` (128 KiB)
 _RANGE_BLOCKS_KEPT = 8  # per permutation: more than the chunks that workers hold at once
 _Word = TypeVar("_Word", int, "np.ndarray")  # a string: NumPy may be a stand-in (subinterpreters)
@@ -162,7 +163,7 @@ class _Cipher:
     """The restricted permutation for one (max_index, seed, rounds); immutable once made.
 
     Words are at most 32 bits, so each half of the block is a uint32 array
-    (uint16 for words of up to 16 bits, where each round is a table lookup).
+    (intp for words of up to 16 bits, where each round is a table lookup).
     """
 
     def __init__(self, max_index: int, seed: int, rounds: int) -> None:
@@ -173,10 +174,13 @@ class _Cipher:
         # Positions from here on do not fit the block and map to themselves (see the
         # module docstring); max_index + 1 when every position fits.
         self._unfit_from = 1 << bits if max_index >= 1 << bits else max_index + 1
-        # Words of up to 16 bits: each round is one lookup in a table of `simon_mix(x) ^ key`
-        # (128 KiB a key), on halves of 16 bits; wider words compute the mix on 32 bits.
-        self._half = np.uint16 if self._word <= 16 else np.uint32
+        # Words of up to 16 bits: each round is one lookup in a table of `simon_mix(x) ^ key`,
+        # with halves and tables as intp, numpy's index type (a uint16 index is converted on
+        # every lookup: 8 ns a position and pass against 3); wider words compute the mix on
+        # uint32 halves of uint64 blocks (a 64-bit block does not fit an int64).
         tabled = self._word <= 16 and rounds <= _TABLED_ROUNDS
+        self._half: type[np.integer] = np.intp if tabled else np.uint32
+        self._whole: type[np.integer] = np.int64 if tabled else np.uint64
         self._round_tables = _round_tables(self._word, tuple(self._keys)) if tabled else None
         self._permutation = self._whole_permutation() if 4 * (max_index + 1) < 1 << bits else None
         self._blocks: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
@@ -189,10 +193,10 @@ class _Cipher:
             return result
         if positions.size < _FEW:
             return np.array([self._one(p) for p in positions.tolist()], dtype=np.int64)
-        values = self._walk(positions.astype(np.uint64))
+        values = self._walk(positions).astype(np.int64, copy=False)
         if self._unfit_from <= self._max:
-            values = np.where(positions >= self._unfit_from, positions.astype(np.uint64), values)
-        return values.astype(np.int64)
+            values = np.where(positions >= self._unfit_from, positions, values)
+        return values
 
     def shuffle_range(self, first: int, count: int) -> np.ndarray:
         """The images of positions `[first, first + count)` (all in range), from kept blocks:
@@ -230,35 +234,40 @@ class _Cipher:
                 self._blocks.popitem(last=False)
         return images
 
-    def _walk(self, values: np.ndarray) -> np.ndarray:
+    def _walk(self, positions: np.ndarray) -> np.ndarray:
         """Encrypt, and encrypt again the images past `max_index` until all are in range.
 
-        The state between passes is the two halves of each block, which are the
-        next pass's input as they are: they are joined only to compare with `max_index`."""
-        left, right = self._split(values)
+        After the first pass, only the halves of the blocks still out of range
+        go on, gathered into arrays of their own that shrink with each pass:
+        their images overwrite their places in the result, the last in range."""
+        left, right = self._split(positions)
         self._encrypt(left, right)
         joined = self._join(left, right)
-        limit = np.uint64(self._max)
+        limit = self._whole(self._max)
         pending = np.flatnonzero(joined > limit)
+        left, right = left[pending], right[pending]
         while pending.size:
-            some_left, some_right = left[pending], right[pending]
-            self._encrypt(some_left, some_right)
-            left[pending], right[pending] = some_left, some_right
-            images = self._join(some_left, some_right)
+            self._encrypt(left, right)
+            images = self._join(left, right)
             joined[pending] = images
-            pending = pending[images > limit]
+            still = np.flatnonzero(images > limit)
+            pending, left, right = pending[still], left[still], right[still]
         return joined
 
     def _split(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The two halves of blocks (uint64), masked to a word each: a position that does not
+        """The two halves of blocks, masked to a word each: a position that does not
         fit the block is cut short here, and `shuffle` keeps it as it was."""
-        mask = np.uint64(self._mask)
-        left = ((values >> np.uint64(self._word)) & mask).astype(self._half)
-        return left, (values & mask).astype(self._half)
+        whole = values.astype(self._whole, copy=False)
+        word, mask = self._whole(self._word), self._whole(self._mask)
+        left = ((whole >> word) & mask).astype(self._half, copy=False)
+        return left, (whole & mask).astype(self._half, copy=False)
 
     def _join(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """The blocks (uint64) of two arrays of halves."""
-        joined: np.ndarray = (left.astype(np.uint64) << np.uint64(self._word)) | right.astype(np.uint64)
+        """The blocks of two arrays of halves."""
+        whole = self._whole
+        joined: np.ndarray = (left.astype(whole, copy=False) << whole(self._word)) | right.astype(
+            whole, copy=False
+        )
         return joined
 
     def _encrypt(self, left: np.ndarray, right: np.ndarray) -> None:
@@ -323,9 +332,10 @@ def _mix_table(word: int) -> np.ndarray:
 
 
 def _round_tables(word: int, keys: tuple[int, ...]) -> list[np.ndarray]:
-    """For each round key, `simon_mix(x) ^ key` of every word `x` of `word` bits (at most 16)."""
+    """For each round key, `simon_mix(x) ^ key` of every word `x` of `word` bits (at most 16),
+    as intp: 8 KiB a key for 400,000 records (10-bit words), 512 KiB for 16-bit words."""
     mix = _mix_table(word)
-    return [mix ^ np.uint16(key) for key in keys]
+    return [(mix ^ np.uint16(key)).astype(np.intp) for key in keys]
 
 
 def simon_mix(x: _Word, word: int) -> _Word:
