@@ -268,3 +268,42 @@ def test_close_from_another_thread_during_a_grouped_transfer() -> None:
         rest = list(iterator)  # at most what was handed over, then the end
         assert len(rest) <= 4
     assert all(isinstance(leaf, jax.Array) for b in taken for leaf in jax.tree.leaves(b))
+
+
+def rows_that_change(elements: list[int]) -> Any:
+    """Batch `b` has `b % 12 + 1` rows: more signatures than `_Placer` compiles placements for."""
+    rows = elements[0] // 2 % 12 + 1
+    return {"x": np.full((rows, 3), elements[0], np.float32), "ids": np.array(elements, np.int32)}
+
+
+@pytest.mark.parametrize("replicated", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_of_many_shapes_arrive_as_jax_would_put_them(workers: int, replicated: bool) -> None:
+    """Signatures seen again go through the compiled placement, at most PLACED_SIGNATURES of
+    them; the others, and each one's first batch, through jax.device_put: the same arrays,
+    the same sharding, committed alike."""
+    from aioloader._device.device_put import PLACED_SIGNATURES
+
+    sharding = NamedSharding(mesh(), P()) if replicated else None
+    device_put = DevicePut(sharding=sharding)
+    device = list(odd_loader(workers, device_put, n=240, fn=rows_that_change))
+    assert_same_outputs(
+        [to_host(b) for b in device], as_jax_would(list(odd_loader(0, None, 240, rows_that_change)))
+    )
+    for batch in device:
+        for leaf in jax.tree.leaves(batch):
+            assert leaf.committed is replicated
+            assert leaf.sharding == sharding if replicated else leaf.devices() == {jax.devices()[0]}
+    placed = [s for s, seen in device_put._placer._seen.items() if seen == "placed"]
+    assert len(placed) == PLACED_SIGNATURES  # 12 signatures, each seen 10 times
+
+
+def test_a_placed_batch_is_a_copy_of_the_host_arrays() -> None:
+    """Changing the host arrays after the transfer changes nothing on the device."""
+    device_put = DevicePut(sharding=NamedSharding(mesh(), P("batch")))
+    host = {"x": np.arange(16, dtype=np.float32).reshape(8, 2)}
+    device_put.transfer(host, (1, 0, 0))  # the signature seen once: jax.device_put
+    second = device_put.transfer(host, (1, 0, 0))
+    assert list(device_put._placer._seen.values()) == ["placed"]
+    host["x"][:] = -1
+    np.testing.assert_array_equal(np.asarray(second["x"]), np.arange(16, dtype=np.float32).reshape(8, 2))
