@@ -213,7 +213,8 @@ def markdown(results: dict[str, Any], plots: dict[str, str]) -> str:
         "Python loop on the same interpreter. **x pool**: against the ideal thread pool with as many "
         "threads as the loader has workers (at 0 workers, the plain loop). **first batch**: from "
         "constructing the loader to the first batch. **import + first**: from `import aioloader` to "
-        "the first batch in a fresh process (numpy imported, source and transform built). "
+        "the first batch in a fresh process (numpy imported, source and transform built; asyncio "
+        "too for an async source, whose module would import it). "
         "**CPU**: CPU time of the whole process tree per "
         "record (1 core busy at 10,000 rec/s = 100 us). **peak**: peak PSS of the process tree, sampled "
         "every 25 ms. Loaders marked ! delivered a wrong record count or failed in some repeat.",
