@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from aioloader._common.failures import Failure
-from aioloader._common.positions import Position
+from aioloader._common.positions import EvenPositions, Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
 from aioloader._sampling.metadata import make_rng
@@ -156,8 +156,8 @@ class BatchPlan:
 
     groups: list[list[Any]]
     before: list[Position]
-    after: list[Position]
-    first: list[int]
+    after: Sequence[Position]
+    first: Sequence[int]
     last: list[int]
     last_rng: list[np.random.Generator | None]
 
@@ -184,6 +184,36 @@ class BatchPlan:
             first=columns.record_indices(firsts),
             last=columns.record_indices(lasts),
             last_rng=columns.record_rngs(lasts),
+        )
+
+    @classmethod
+    def of_records(
+        cls,
+        items: list[Any],
+        count: int,
+        size: int,
+        start: int,
+        indices: Sequence[int],
+        rngs: Sequence[np.random.Generator | None] | None,
+        skip_outputs: int,
+    ) -> BatchPlan:
+        """`cut` of the first `count` of `items` when element `j` is the whole record at walk
+        position `start + j`, of global index `indices[j]` (a fused chunk): the same plan,
+        with its positions computed as arithmetic (on a chunk of small records, the general
+        `cut` cost as much as a fifth of the loader's own work)."""
+        if not count:
+            return cls([], [], [], [], [], [])
+        firsts = range(0, count, size)
+        ends = [*range(size, count, size), count]  # each batch's end, exclusive
+        before = [(start + b, 0, 0) for b in firsts]
+        before[0] = (start, 0, skip_outputs)
+        return cls(
+            groups=[items[b:e] for b, e in zip(firsts, ends, strict=True)],
+            before=before,
+            after=EvenPositions(start, size, len(ends), start + count),
+            first=indices[0:count:size],
+            last=[indices[e - 1] for e in ends],
+            last_rng=[None] * len(ends) if rngs is None else [rngs[e - 1] for e in ends],
         )
 
 
@@ -216,14 +246,15 @@ class BatchRun(Run):
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_batch(error, what, self.plan.first[origin], self.plan.last[origin])
 
-    def positions_after(self) -> list[Position]:
+    def positions_after(self) -> Sequence[Position]:
         """The position after each output, so a checkpoint can resume just past it.
 
         After the last output of a batch that is the batch's end; after an
         earlier one it is the batch's start with one more output to skip.
         """
-        if self.origins is None:
-            return self.plan.after[: len(self.items)]  # one output per batch
+        if self.origins is None:  # one output per batch
+            after = self.plan.after
+            return after if len(after) == len(self.items) else after[: len(self.items)]
         plan, origins = self.plan, self.origins
         positions: list[Position] = []
         ordinal, previous = 0, -1

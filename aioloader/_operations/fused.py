@@ -31,6 +31,7 @@ probe's was.
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import time
 from collections.abc import Callable, Sequence
@@ -82,7 +83,7 @@ class FusedMaps:
         functions = self.functions
         stage, error = self._loops[reads, True](out, probed, get, functions, rngs, shutdown, spent, clock)
         if error is None and len(inputs) > len(probed):
-            rest = inputs[len(probed) :]
+            rest = itertools.islice(inputs, len(probed), None)  # no copy of the chunk's inputs
             stage, error = self._loops[reads, False](out, rest, get, functions, rngs, shutdown, None, None)
         return stage, error, spent
 

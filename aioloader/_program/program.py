@@ -47,7 +47,7 @@ from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
 from aioloader._program.read_pool import ReadPool
-from aioloader._program.records import RecordChunk, WholeRecords, aread, read
+from aioloader._program.records import RecordChunk, aread, read
 from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import is_async_source
@@ -317,7 +317,9 @@ class Program:
         complete = len(items) if chunk.failure is None else len(items) // size * size
         if batch.drop_remainder:
             complete = len(items) // size * size
-        plan = BatchPlan.cut(items, complete, size, WholeRecords(chunk), chunk.skip_outputs)
+        plan = BatchPlan.of_records(
+            items, complete, size, chunk.start, chunk.indices, chunk.rngs, chunk.skip_outputs
+        )
         return BatchRun(plan, batch, chunk.skip_outputs, chunk.failure)
 
     def _step_batch(self, _: int, job: BatchJob) -> BatchRun:

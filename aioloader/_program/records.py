@@ -9,7 +9,6 @@ import numpy as np
 
 from aioloader._common.calls import NEVER, Interrupt, Shutdown, call_each, checked, guarded, not_data
 from aioloader._common.failures import Failure
-from aioloader._common.positions import Position
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import make_rng
 
@@ -51,34 +50,6 @@ class RecordChunk(Run):
 
     def blame(self, origin: int, error: BaseException, what: str) -> Failure:
         return Failure.at_record(error, what, self.indices[origin], self.keys[origin])
-
-
-class WholeRecords:
-    """The `ElementColumns` of a chunk whose elements are its records, one each, in order.
-
-    A fused chunk is one: its operations before `Batch` are one-to-one.
-    """
-
-    __slots__ = ("_indices", "_rngs", "_start")
-
-    def __init__(self, chunk: RecordChunk) -> None:
-        self._start, self._indices, self._rngs = chunk.start, chunk.indices, chunk.rngs
-
-    def positions_before(self, js: Sequence[int]) -> list[Position]:
-        start = self._start
-        return [(start + j, 0, 0) for j in js]
-
-    def positions_after(self, js: Sequence[int]) -> list[Position]:
-        start = self._start + 1
-        return [(start + j, 0, 0) for j in js]
-
-    def record_indices(self, js: Sequence[int]) -> list[int]:
-        indices = self._indices
-        return [indices[j] for j in js]
-
-    def record_rngs(self, js: Sequence[int]) -> list[np.random.Generator | None]:
-        rngs = self._rngs
-        return [None] * len(js) if rngs is None else [rngs[j] for j in js]
 
 
 Mapper = Callable[[Callable[[Any], Any], Sequence[int]], Iterable[Any]]

@@ -1,13 +1,50 @@
-"""`Run.drop_leading`, and `BatchPlan.cut` over the two kinds of element columns."""
+"""`Run.drop_leading`, `BatchPlan.cut` over the elements of the tail, and `BatchPlan.of_records`
+over whole records (checked against `cut` over columns of whole records)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
+from aioloader._common.positions import Position
 from aioloader._operations.batching import BatchPlan
 from aioloader._program.jobs import Elements
-from aioloader._program.records import RecordChunk, WholeRecords
+from aioloader._program.records import RecordChunk
+
+
+class WholeRecords:
+    """The element columns of a chunk whose elements are its records, one each, in order:
+    what `BatchPlan.of_records` computes as arithmetic, written out for `cut`."""
+
+    def __init__(self, chunk: RecordChunk) -> None:
+        self._start, self._indices, self._rngs = chunk.start, chunk.indices, chunk.rngs
+
+    def positions_before(self, js: Sequence[int]) -> list[Position]:
+        return [(self._start + j, 0, 0) for j in js]
+
+    def positions_after(self, js: Sequence[int]) -> list[Position]:
+        return [(self._start + j + 1, 0, 0) for j in js]
+
+    def record_indices(self, js: Sequence[int]) -> list[int]:
+        return [self._indices[j] for j in js]
+
+    def record_rngs(self, js: Sequence[int]) -> list[np.random.Generator | None]:
+        return [None] * len(js) if self._rngs is None else [self._rngs[j] for j in js]
+
+
+def of_records(chunk: RecordChunk, count: int, size: int, skip_outputs: int) -> BatchPlan:
+    return BatchPlan.of_records(
+        chunk.items, count, size, chunk.start, chunk.indices, chunk.rngs, skip_outputs
+    )
+
+
+def as_lists(plan: BatchPlan) -> tuple[list[Any], ...]:
+    return tuple(
+        list(getattr(plan, name)) for name in ("groups", "before", "after", "first", "last", "last_rng")
+    )
 
 
 def chunk_of(items: list[int], origins: list[int] | None, start: int = 0) -> RecordChunk:
@@ -59,17 +96,34 @@ def test_drop_leading_leaves_a_failure_on_the_first_origin_alone() -> None:
     assert isinstance(chunk.failure.error, KeyError)
 
 
-def test_cut_over_whole_records_gives_positions_indices_and_generators() -> None:
+def test_a_plan_of_whole_records_gives_positions_indices_and_generators() -> None:
     chunk = chunk_of(list(range(100, 107)), None, start=20)
     rng = np.random.default_rng(0)
     chunk.rngs = [None] * 6 + [rng]
-    plan = BatchPlan.cut(chunk.items, 7, 3, WholeRecords(chunk), skip_outputs=1)
+    plan = of_records(chunk, 7, 3, skip_outputs=1)
     assert plan.groups == [[100, 101, 102], [103, 104, 105], [106]]
     assert plan.before == [(20, 0, 1), (23, 0, 0), (26, 0, 0)]  # the first batch skips an output
-    assert plan.after == [(23, 0, 0), (26, 0, 0), (27, 0, 0)]
-    assert plan.first == [61, 70, 79]  # global indices, not positions
+    assert list(plan.after) == [(23, 0, 0), (26, 0, 0), (27, 0, 0)]
+    assert list(plan.first) == [61, 70, 79]  # global indices, not positions
     assert plan.last == [67, 76, 79]
     assert plan.last_rng == [None, None, rng]
+
+
+@pytest.mark.parametrize("rngs", [False, True])
+@pytest.mark.parametrize("indices", ["range", "list"])
+@pytest.mark.parametrize(
+    ("count", "size", "skip"), [(0, 4, 3), (1, 1, 0), (7, 3, 1), (9, 3, 0), (10, 4, 2), (3, 8, 0)]
+)
+def test_a_plan_of_whole_records_is_the_cut_over_their_columns(
+    count: int, size: int, skip: int, indices: str, rngs: bool
+) -> None:
+    chunk = chunk_of(list(range(500, 510)), None, start=40)
+    if indices == "list":  # a resumed Grain state's detour gives a list
+        chunk.indices = list(chunk.indices)
+    if rngs:
+        chunk.rngs = [np.random.default_rng(k) for k in range(10)]
+    fast = of_records(chunk, count, size, skip)
+    assert as_lists(fast) == as_lists(BatchPlan.cut(chunk.items, count, size, WholeRecords(chunk), skip))
 
 
 def test_cut_over_elements_uses_their_own_positions() -> None:
@@ -91,3 +145,4 @@ def test_cut_over_elements_uses_their_own_positions() -> None:
 def test_cut_of_nothing_is_an_empty_plan() -> None:
     plan = BatchPlan.cut([], 0, 4, WholeRecords(chunk_of([], None)), skip_outputs=3)
     assert plan == BatchPlan([], [], [], [], [], [])
+    assert of_records(chunk_of([], None), 0, 4, skip_outputs=3) == plan
