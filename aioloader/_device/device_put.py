@@ -1,9 +1,9 @@
 """The device stage: batches onto the accelerator ahead of the training step.
 
 `DataLoader(device_put=DevicePut(...))` adds this stage after reassembly. A
-thread named `aioloader-device-{n}` takes the outputs in order, calls
-`jax.device_put` on each (or, with several JAX processes and a sharding,
-builds the global array from this process's part), and keeps up to
+thread named `aioloader-device-{n}` takes the outputs in order, places each
+on the device (`_Placer`, or `jax.device_put`; with several JAX processes and
+a sharding, it builds the global array from this process's part), and keeps up to
 `buffer_size` transferred batches waiting for the consumer; the consumer's
 step and the next transfers therefore overlap, and the event loop never
 waits on a transfer. With `worker_count=0` the transfer happens in the
@@ -136,11 +136,13 @@ class _Placer:
     of the identity, with the sharding as its input and output shardings,
     takes the same NumPy arrays through jit's C++ argument path in 10 us, and
     gives arrays with the same sharding (committed or not alike), copied
-    rather than aliased. Each signature (tree, shapes, dtypes) compiles once,
-    about 15 ms, so a batch goes this way only from the second time its
-    signature is seen, for at most `PLACED_SIGNATURES` of them: batches whose
-    shapes keep changing stay with `jax.device_put`, as does any batch with a
-    leaf that is not a NumPy array, or whose signature failed to compile once.
+    rather than aliased (on an accelerator, the identity is a device-side
+    copy of the batch after its transfer: not measured here). Each
+    signature (tree, shapes, dtypes) compiles once, about 15 ms, so a batch
+    goes this way only from the second time its signature is seen, for at
+    most `PLACED_SIGNATURES` of them: batches whose shapes keep changing stay
+    with `jax.device_put`, as does any batch with a leaf that is not a NumPy
+    array, or whose signature failed to compile once.
     `place` returns None where `jax.device_put` should place the batch.
     """
 
