@@ -307,3 +307,30 @@ def test_a_placed_batch_is_a_copy_of_the_host_arrays() -> None:
     assert list(device_put._placer._seen.values()) == ["placed"]
     host["x"][:] = -1
     np.testing.assert_array_equal(np.asarray(second["x"]), np.arange(16, dtype=np.float32).reshape(8, 2))
+
+
+@repeated
+def test_one_device_put_shared_by_loaders_in_two_threads(repeat: int) -> None:
+    """Two loaders with one DevicePut, iterated at once from two threads: each gets its own
+    batches, whichever of them compiled a signature's placement first."""
+    device_put = DevicePut(sharding=NamedSharding(mesh(), P("batch")), buffer_size=1)
+    wanted = as_jax_would(list(host_and_device(0, None, batch=8, n=400)))
+    got: dict[int, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def take(workers: int) -> None:
+        try:
+            got[workers] = [to_host(b) for b in host_and_device(workers, device_put, batch=8, n=400)]
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=take, args=(workers,)) for workers in (0, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    for batches in got.values():
+        assert_same_outputs(batches, wanted)
+    assert sorted(got) == [0, 2]
+    assert list(device_put._placer._seen.values()) == ["placed"]

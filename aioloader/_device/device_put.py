@@ -62,7 +62,7 @@ class DevicePut:
     def transfer(self, batch: Any, position: Position) -> Any:
         """`batch` as `jax.Array`s; a failure names the batch's position and the leaf.
 
-        One process places a batch of a shape seen before with `_Placer`, else
+        One process places a batch whose signature was seen before with `_Placer`, else
         puts the whole pytree in one `jax.device_put` (a call per leaf cost a
         quarter more here); only if that fails is it put leaf by leaf, to
         name the leaf that does not fit."""
@@ -95,8 +95,9 @@ class DevicePut:
         return jax.tree_util.tree_map_with_path(put, batch)
 
     def transfer_all(self, batches: list[Any]) -> list[Any] | None:
-        """`batches` as `jax.Array`s, in one `jax.device_put`, whose fixed cost is then paid
-        once (two batches of two leaves: 55 us a batch instead of 95 on CPython 3.13t).
+        """`batches` as `jax.Array`s: each by `_Placer` where all of them can be, else in one
+        `jax.device_put`, whose fixed cost is then paid once (two batches of two leaves: 55
+        us a batch instead of 95 on CPython 3.13t).
 
         None where they must go one by one (`transfer`): several JAX processes, a batch
         whose ints JAX would narrow, or any failure, which `transfer` then names."""
