@@ -56,6 +56,8 @@ MAX_INDICES = [
     1_000_003,
     2**24 - 1,
     2**25,
+    2**33 + 7,  # words of 17 bits: the mix on uint32 halves, not a table
+    2**63 - 2,  # a 64-bit block: its halves of 32 bits
 ]
 
 
