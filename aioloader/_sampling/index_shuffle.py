@@ -309,7 +309,7 @@ class _Cipher:
         values in range stay put, so after at most `bits` squarings each
         position's image points at the first in-range value along its cycle.
         """
-        block = np.arange(1 << (2 * self._word), dtype=np.uint64)  # 65,536 values
+        block = np.arange(1 << (2 * self._word), dtype=self._whole)  # 65,536 values
         left, right = self._split(block)
         self._encrypt(left, right)
         images = self._join(left, right).astype(np.int64)

@@ -151,15 +151,13 @@ class IndexSampler(SamplerBase):
         indices = self._checked(start, stop, step)
         if not indices or step != self.shard_options.shard_count or self.shard_length == 0:
             return super().record_keys(start, stop, step)
-        first, count = start // step, len(indices)
-        epoch, position = divmod(first, self.shard_length)
-        if position + count <= self.shard_length:  # within one epoch: most chunks, and no copy
-            return self._run_keys(epoch, position, count)
         keys: list[int] = []
+        first, count = start // step, len(indices)
         while count:  # one run per epoch the positions touch
             epoch, position = divmod(first, self.shard_length)
             taken = min(count, self.shard_length - position)
-            keys += self._run_keys(epoch, position, taken)
+            run = self._run_keys(epoch, position, taken)
+            keys = keys + run if keys else run  # one run (most chunks): not copied
             first, count = first + taken, count - taken
         return keys
 
