@@ -299,8 +299,8 @@ class Tuner:
         if level == 0:
             self._scheduler.run_inline(True)
             return
-        while self._workers.count() < level:
-            self._workers.add()
+        if self._workers.count() < level:
+            self._workers.add(level - self._workers.count())
         while self._workers.count() > level:
             self._workers.retire()
         self._scheduler.run_inline(False)

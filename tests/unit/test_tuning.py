@@ -38,8 +38,8 @@ class FakeWorkers:
     def count(self) -> int:
         return self.running
 
-    def add(self) -> None:
-        self.running += 1
+    def add(self, count: int = 1) -> None:
+        self.running += count
 
     def retire(self) -> None:
         self.running -= 1

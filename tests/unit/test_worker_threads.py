@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from aioloader import IndexSampler, RangeDataSource
 from aioloader._executors.threads import WorkerThreads, thread_runner
 from aioloader._operations.transforms import compile_operations
@@ -138,5 +140,64 @@ def test_a_worker_asked_to_end_that_ends_on_close_is_counted_out_once() -> None:
     workers.retire()
     workers.retire()
     scheduler.close()  # before any worker took its retirement, maybe
+    assert workers.join()
+    assert workers.count() == 0
+
+
+def test_the_caller_starts_one_worker_and_each_worker_starts_the_next(monkeypatch: Any) -> None:
+    """`Thread.start` waits until the new thread runs: on busy cores a scheduling period
+    each, which the consumer's thread must not pay `count` times before its first batch."""
+    starters: list[tuple[str, str]] = []
+    start = threading.Thread.start
+
+    def noted(thread: threading.Thread) -> None:
+        starters.append((threading.current_thread().name, thread.name))
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", noted)
+    scheduler = scheduler_of(1000)
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 4, "test-worker")
+    assert workers.count() == 4  # counted from the start, started or not
+    assert drain(scheduler) == list(range(1000))
+    scheduler.close()
+    assert workers.join()
+    caller = threading.current_thread().name
+    assert starters == [
+        (caller, "test-worker-0"),
+        ("test-worker-0", "test-worker-1"),
+        ("test-worker-1", "test-worker-2"),
+        ("test-worker-2", "test-worker-3"),
+    ]
+    assert workers.count() == 0
+
+
+def test_ready_waits_for_the_workers_the_chain_has_not_started(monkeypatch: Any) -> None:
+    scheduler = scheduler_of()
+    slow = SlowStart(scheduler)
+    workers = WorkerThreads(scheduler, slow, 3, "test-worker")
+    assert slow.making.wait(30)
+    assert not workers.ready()
+    slow.go.set()
+    assert drain(scheduler) == list(range(100))
+    assert workers.ready()
+    assert slow.made == 3
+    scheduler.close()
+    assert workers.join()
+
+
+def test_a_worker_that_cannot_start_the_next_fails_the_loader_and_the_count_drops(monkeypatch: Any) -> None:
+    start = threading.Thread.start
+
+    def third_fails(thread: threading.Thread) -> None:
+        if thread.name == "test-worker-2":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", third_fails)
+    scheduler = scheduler_of(1000)
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 4, "test-worker")
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        drain(scheduler)
+    scheduler.close()
     assert workers.join()
     assert workers.count() == 0
