@@ -11,7 +11,7 @@ the iteration as if the data were over.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aioloader._common.calls import stray_stop
 
@@ -28,8 +28,7 @@ def note(error: BaseException, text: str) -> None:
             error.__notes__ = [*getattr(error, "__notes__", ()), text]
 
 
-@dataclass
-class Failure:
+class Failure(NamedTuple):
     """The first error in a chunk or a batch job, by output order."""
 
     error: BaseException

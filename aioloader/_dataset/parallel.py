@@ -76,7 +76,7 @@ class EnginePart(Part):
             return None  # the engine batches once; a second batch runs in order after the part
         if self.allow_nones and isinstance(operation, Prepared) and operation.kind is not Kind.FILTER:
             # Grain's maps pass a None through untouched.
-            operation = dataclasses.replace(operation, function=PassNone(operation.function))
+            operation = operation._replace(function=PassNone(operation.function))
         return dataclasses.replace(self, operations=(*self.operations, operation))
 
     def counts_elements(self) -> bool:

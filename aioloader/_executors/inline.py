@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Coroutine, Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aioloader._common.calls import Interrupt, Stopped
 from aioloader._common.positions import Position
@@ -33,8 +32,7 @@ if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
 
-@dataclass
-class Await:
+class Await(NamedTuple):
     """A request to await `coroutine` and send its result back."""
 
     coroutine: Coroutine[Any, Any, Any]

@@ -6,10 +6,8 @@ it instead of the loader, so nothing below `_loader` imports `_loader`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aioloader._common.options import ReadOptions
 from aioloader._device.device_put import DevicePut
@@ -20,8 +18,7 @@ from aioloader._sampling.leftovers import Detour
 from aioloader._sampling.walk import Walk
 
 
-@dataclass(frozen=True, eq=False)
-class LoaderSpec:
+class LoaderSpec(NamedTuple):
     """A loader's checked arguments, as its iterators and engines use them.
 
     `program(read_pool)` makes a fresh `Program` over `walk` for one engine
@@ -52,4 +49,4 @@ class LoaderSpec:
 
     def resumed(self, detour: Detour | None) -> LoaderSpec:
         """This spec with `detour` laid on its walk (none: this spec)."""
-        return self if detour is None else dataclasses.replace(self, walk=self.walk.resumed(detour))
+        return self if detour is None else self._replace(walk=self.walk.resumed(detour))

@@ -14,7 +14,6 @@ different structure are a ValueError, the type Grain raises.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -144,7 +143,6 @@ class ElementColumns(Protocol):
         ...
 
 
-@dataclass(slots=True)
 class BatchPlan:
     """Batches to form: `groups[b]` are the elements of batch `b`.
 
@@ -154,12 +152,19 @@ class BatchPlan:
     if one was made (a batch uses its last record's generator, as in Grain).
     """
 
-    groups: list[list[Any]]
-    before: list[Position]
-    after: Sequence[Position]
-    first: Sequence[int]
-    last: list[int]
-    last_rng: list[np.random.Generator | None]
+    __slots__ = ("after", "before", "first", "groups", "last", "last_rng")
+
+    def __init__(
+        self,
+        groups: list[list[Any]],
+        before: list[Position],
+        after: Sequence[Position],
+        first: Sequence[int],
+        last: list[int],
+        last_rng: list[np.random.Generator | None],
+    ) -> None:
+        self.groups, self.before, self.after = groups, before, after
+        self.first, self.last, self.last_rng = first, last, last_rng
 
     @classmethod
     def cut(

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -111,8 +111,7 @@ class Kind(Enum):
     ASYNC_MAP = "async_map"
 
 
-@dataclass
-class Op:
+class Op(NamedTuple):
     """One per-element operation, as the workers run it.
 
     `target` is the user's object (the part copied per thread); `method`
@@ -147,8 +146,7 @@ class Op:
         return self.kind in (Kind.MAP, Kind.RANDOM_MAP, Kind.ASYNC_MAP)
 
 
-@dataclass
-class Operations:
+class Operations(NamedTuple):
     """The user's operation list split at its `Batch`: `before`, the batch, `after`."""
 
     before: list[Op]
@@ -181,8 +179,7 @@ class Operations:
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """An operation already resolved to its function, as the Dataset API hands its
     transformations to the engine: `kind` (MAP, RANDOM_MAP or FILTER), the function,
     how messages name it (`name`, `what`), and for a random map what it is given per

@@ -28,8 +28,7 @@ import copy
 import enum
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aioloader._common.calls import Shutdown, stray_stop
 from aioloader._common.failures import Failure
@@ -78,8 +77,7 @@ class Stage(enum.Enum):
     __hash__ = object.__hash__  # as `Step`'s: a dict key on every segment of every chunk
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """Steps run together: on a worker (`on_loop=False`) or awaited on the loop."""
 
     steps: tuple[StepCall, ...]

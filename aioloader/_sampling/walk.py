@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,6 @@ from aioloader._sampling.sampler import IndexSampler, SamplerBase
 from aioloader._sampling.sharding import NoSharding, ShardOptions
 
 
-@dataclass(slots=True)
 class Walked:
     """Positions `[start, start + len(indices))` of a walk.
 
@@ -46,10 +44,16 @@ class Walked:
     raised at `indices[len(keys)]`; the keys stop there.
     """
 
-    keys: list[int]
-    indices: Sequence[int]
-    rngs: list[np.random.Generator | None] | None = None
-    error: Exception | None = None
+    __slots__ = ("error", "indices", "keys", "rngs")
+
+    def __init__(
+        self,
+        keys: list[int],
+        indices: Sequence[int],
+        rngs: list[np.random.Generator | None] | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        self.keys, self.indices, self.rngs, self.error = keys, indices, rngs, error
 
     def then(self, later: Walked) -> Walked:
         """These positions followed by `later`'s (unless these stopped at an error)."""

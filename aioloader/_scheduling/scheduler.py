@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aioloader._common.calls import Stopped
@@ -44,16 +43,17 @@ class AsyncRunner(Protocol):
     def submit(self, work: Work) -> None: ...
 
 
-@dataclass
 class _Stage:
     """The bookkeeping of one stage: its window, its results in order, and its jobs."""
 
-    name: Stage
-    window: Window
-    results: OrderedResults[Any] = field(default_factory=OrderedResults)
-    pending: deque[tuple[Any, int]] = field(default_factory=deque)  # jobs cut by the tail
-    issued: int = 0
-    exhausted: bool = False  # no job will be issued any more
+    __slots__ = ("exhausted", "issued", "name", "pending", "results", "window")
+
+    def __init__(self, name: Stage, window: Window) -> None:
+        self.name, self.window = name, window
+        self.results: OrderedResults[Any] = OrderedResults()
+        self.pending: deque[tuple[Any, int]] = deque()  # jobs cut by the tail
+        self.issued = 0
+        self.exhausted = False  # no job will be issued any more
 
     def drained(self) -> bool:
         return self.exhausted and not self.pending and self.results.next == self.issued

@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aioloader._program.program import Program, Stage
@@ -30,7 +29,6 @@ class Place(enum.Enum):
     DONE = "done"  # no segment left: `payload` is the stage's result
 
 
-@dataclass(slots=True)
 class Work:
     """Job number `seq` of `stage`, with `weight` in its window, at segment `segment`.
 
@@ -41,13 +39,12 @@ class Work:
     reads in flight, to one record).
     """
 
-    stage: Stage
-    seq: int
-    payload: Any
-    weight: int
-    segment: int = 0
-    seconds: float = 0.0
-    wall: float = 0.0
+    __slots__ = ("payload", "seconds", "segment", "seq", "stage", "wall", "weight")
+
+    def __init__(self, stage: Stage, seq: int, payload: Any, weight: int) -> None:
+        self.stage, self.seq, self.payload, self.weight = stage, seq, payload, weight
+        self.segment = 0
+        self.seconds = self.wall = 0.0
 
     def place(self, program: Program) -> Place:
         """Where the next segment runs, or DONE."""

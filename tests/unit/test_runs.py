@@ -142,7 +142,13 @@ def test_cut_over_elements_uses_their_own_positions() -> None:
     assert (plan.first, plan.last) == ([4, 6], [4, 6])
 
 
+def columns(plan: BatchPlan) -> list[list[Any]]:
+    """A plan's columns as lists (`after` and `first` may be ranges or even positions)."""
+    plain = (plan.groups, plan.before, plan.after, plan.first, plan.last, plan.last_rng)
+    return [list(column) for column in plain]
+
+
 def test_cut_of_nothing_is_an_empty_plan() -> None:
     plan = BatchPlan.cut([], 0, 4, WholeRecords(chunk_of([], None)), skip_outputs=3)
-    assert plan == BatchPlan([], [], [], [], [], [])
-    assert of_records(chunk_of([], None), 0, 4, skip_outputs=3) == plan
+    assert columns(plan) == [[], [], [], [], [], []]
+    assert columns(of_records(chunk_of([], None), 0, 4, skip_outputs=3)) == columns(plan)
