@@ -86,6 +86,20 @@ def test_slow_reads_go_to_num_threads_threads_in_order(
     assert workers < source.most_in_flight <= threads
 
 
+def test_worker_count_0_reads_even_a_slow_source_in_the_callers_thread(clock: VirtualClock) -> None:
+    """The debug mode (DESIGN.md): everything in the caller's thread, reads included."""
+
+    class Noted(SlowSource):
+        def __getitem__(self, key: int) -> int:
+            assert threading.current_thread() is threading.main_thread()
+            return super().__getitem__(key)
+
+    keys = IndexSampler(300, shuffle=True, seed=4, num_epochs=1).record_keys(0, 300)
+    source = Noted(300, clock)
+    assert list(loader(source, 0, 8)) == [key * 2 for key in keys]
+    assert source.most_in_flight == 1
+
+
 def test_read_threads_are_joined_on_close(clock: VirtualClock) -> None:
     source = SlowSource(10_000, clock)
     with iter(loader(source, 2, 8)) as iterator:
@@ -187,3 +201,53 @@ def test_a_worker_still_timing_its_reads_waits_while_the_pool_is_full() -> None:
     prober.join(30)
     pool.close()
     assert counts == {"in_flight": 0, "most": 3}
+
+
+def test_a_close_ends_the_reads_not_started_with_stopped_and_joins_the_threads() -> None:
+    """The caller of `map` waits for a read no thread will start: `close` (from another
+    thread) answers it `Stopped`, the loader's "closed while this work ran"."""
+    from aioloader._common.calls import Stopped
+
+    pool = read_pool.ReadPool(1)
+    entered, leave = threading.Event(), threading.Event()
+
+    def read(key: int) -> int:
+        entered.set()
+        assert leave.wait(30)
+        return key
+
+    results = pool.map(read, [1, 2, 3])
+    assert entered.wait(30)  # the one thread reads key 1; keys 2 and 3 wait in the queue
+    closer = threading.Thread(target=pool.close)
+    closer.start()
+    leave.set()
+    assert next(results) == 1  # the read in flight finishes
+    with pytest.raises(Stopped):
+        next(results)
+    closer.join(30)
+    assert not closer.is_alive()
+    assert [t for t in threading.enumerate() if t.name.startswith("aioloader-read")] == []
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.map(read, [4])
+
+
+def test_the_read_threads_start_one_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Thread.start` waits until the new thread runs: the reader that needs the pool waits
+    for one start, and each read thread starts the next."""
+    starters: list[tuple[str, str]] = []
+    start = threading.Thread.start
+
+    def noted(thread: threading.Thread) -> None:
+        starters.append((threading.current_thread().name, thread.name))
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", noted)
+    pool = read_pool.ReadPool(3)
+    assert list(pool.map(lambda key: key * 2, range(50))) == list(range(0, 100, 2))
+    pool.close()
+    caller = threading.current_thread().name
+    assert starters == [
+        (caller, "aioloader-read-0"),
+        ("aioloader-read-0", "aioloader-read-1"),
+        ("aioloader-read-1", "aioloader-read-2"),
+    ]

@@ -13,7 +13,7 @@ by one (`probing_map`): once the last `PROBE_READS` reads timed have *each*
 taken more than `SLOW_READ_SECONDS`, the pool is engaged; once they show a
 fast read, it is no longer suspicious. Engaged, every worker sends its
 chunks' keys to a pool of `num_threads` threads (`aioloader-read-{i}`,
-started then), which reads them concurrently, in order. Each read must be
+started then, each starting the next), which reads them concurrently, in order. Each read must be
 slow, not their sum: a worker that waited for the GIL or for a core once in
 a while (on a busy machine, or a GIL build with several workers) has a few
 slow reads among fast ones, and must not move cheap reads to the pool; and
@@ -25,22 +25,27 @@ the start never has more than `num_threads` reads in flight. Sources with
 `__getitems__` batch their own reads and never use the pool.
 
 `resize` changes how many reads may be in flight while the loader runs
-(`worker_count="auto"` with the default `ReadOptions`): later reads go to a
-pool of the new size, reads already handed to the old one finish there, and
-the slots bound the old and new pools' reads together.
+(`worker_count="auto"` with the default `ReadOptions`): the slots bound the
+reads, and the pool starts threads up to the new size; above it, the
+threads it has stay, idle for want of slots.
+
+The pool's threads are its own, not a `concurrent.futures` executor: that
+module took 11 ms to import on 3.13t, which a slow source's first batch
+paid, as it paid for starting the executor's threads one after another
+(`Thread.start` waits for each to run).
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+from aioloader._common.calls import Stopped
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
@@ -75,6 +80,42 @@ class Slots:
             self._free.notify_all()
 
 
+_PENDING: Any = object()  # a read not done yet
+
+
+class _Reads:
+    """The reads of one `ReadPool.map` call: their outcomes by position, filled in by the
+    pool's threads, taken in order by the caller."""
+
+    __slots__ = ("abandoned", "filled", "outcomes", "read")
+
+    def __init__(self, read: Callable[[int], Any], count: int) -> None:
+        self.read = read
+        self.outcomes: list[Any] = [_PENDING] * count  # (value, None) or (None, error)
+        self.filled = threading.Condition(threading.Lock())
+        self.abandoned = False  # the caller stopped taking them: the reads not started are skipped
+
+    def fill(self, position: int, outcome: tuple[Any, BaseException | None]) -> None:
+        with self.filled:
+            self.outcomes[position] = outcome
+            self.filled.notify()  # one waiter: the caller
+
+    def results(self) -> Iterator[Any]:
+        """The values in order; a read's error is raised at its place."""
+        try:
+            for position in range(len(self.outcomes)):
+                with self.filled:
+                    while (outcome := self.outcomes[position]) is _PENDING:
+                        self.filled.wait()
+                    self.outcomes[position] = None  # the caller holds the record from here
+                value, error = outcome
+                if error is not None:
+                    raise error
+                yield value
+        finally:
+            self.abandoned = True
+
+
 class ReadPool:
     """Up to `threads` concurrent reads, on threads started at the first use."""
 
@@ -82,8 +123,8 @@ class ReadPool:
         self._threads = threads
         self.clock = CLOCK
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._retired: list[ThreadPoolExecutor] = []  # pools of an earlier size, joined by `close`
+        self._queue: queue.SimpleQueue[tuple[_Reads, int, int] | None] = queue.SimpleQueue()
+        self._readers: list[threading.Thread] = []  # started on the first `map`
         self._closed = False
         self.engaged = False  # reads are slow: every worker reads through the pool
         # Time the next reads one by one. At first too: the first chunk (a batch)
@@ -110,30 +151,52 @@ class ReadPool:
         with self._lock:
             self._threads = threads
             self._slots.resize(threads)
-            old, self._executor = self._executor, None  # the next `map` makes one of the new size
-            if old is not None:
-                self._retired.append(old)
-        if old is not None:
-            old.shutdown(wait=False)  # its queued reads still run, then its threads end
 
     def map(self, read: Callable[[int], Any], keys: Iterable[int]) -> Iterator[Any]:
         """`read(key)` for every key, concurrently, yielding the results in key order."""
-        from concurrent.futures import ThreadPoolExecutor  # loaded for slow sources only
-
-        with self._lock:
+        keys = list(keys)
+        reads = _Reads(read, len(keys))
+        self._grow()
+        with self._lock:  # queued under the lock: after `close` has queued its ends, none is
             if self._closed:
                 raise RuntimeError("the loader is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="aioloader-read")
-            # Submitted under the lock: a `resize` must not shut this pool down in between.
-            return self._executor.map(self._in_a_slot(read), keys)
+            for position, key in enumerate(keys):
+                self._queue.put((reads, position, key))
+        return reads.results()
 
-    def _in_a_slot(self, read: Callable[[int], Any]) -> Callable[[int], Any]:
-        def held(key: int) -> Any:
-            with self._slots:
-                return read(key)
+    def _grow(self) -> None:
+        """Start a reader thread if fewer than `threads` run; each new one calls this first,
+        so that the caller waits for one thread's start, not for all of them."""
+        with self._lock:
+            if self._closed or len(self._readers) >= self._threads:
+                return
+            thread = threading.Thread(
+                target=self._serve, name=f"aioloader-read-{len(self._readers)}", daemon=True
+            )
+            self._readers.append(thread)
+            try:  # under the lock, so that `close` never joins a thread not started
+                thread.start()
+            except BaseException:  # "can't start new thread"
+                self._readers.remove(thread)
+                if self._readers:  # fewer readers: the reads still all get done
+                    return
+                raise
 
-        return held
+    def _serve(self) -> None:
+        """A reader thread: read what is queued, each read in a slot, until `close`."""
+        self._grow()
+        while (task := self._queue.get()) is not None:
+            reads, position, key = task
+            if self._closed or reads.abandoned:
+                reads.fill(position, (None, Stopped()))  # the caller, if it still waits, is closing
+                continue
+            try:
+                with self._slots:
+                    outcome: tuple[Any, BaseException | None] = (reads.read(key), None)
+            except BaseException as error:  # raised in the caller, at its place
+                outcome = (None, error)
+            reads.fill(position, outcome)
+            del task, reads, outcome  # an idle reader holds no record
 
     def note_chunk(self, seconds: float, reads: int) -> None:
         """A chunk's `reads` took `seconds`: if that is slow, look closer at the next reads."""
@@ -172,10 +235,13 @@ class ReadPool:
                 self.engaged = True
 
     def close(self) -> None:
-        """Cancel the reads not started, and join the threads. Idempotent."""
+        """Skip the reads not started (their callers get `Stopped`), and join the threads
+        once the reads in flight are done. Idempotent."""
         with self._lock:
             self._closed = True
-            executors = [*self._retired, *([] if self._executor is None else [self._executor])]
-            self._executor, self._retired = None, []
-        for executor in executors:
-            executor.shutdown(wait=True, cancel_futures=True)
+            readers, self._readers = self._readers, []
+            for _ in readers:
+                self._queue.put(None)
+        for thread in readers:
+            if thread is not threading.current_thread():
+                thread.join()
