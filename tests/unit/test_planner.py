@@ -7,7 +7,7 @@ from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program
 from aioloader._sampling.walk import Walk
-from aioloader._scheduling.planner import ChunkPlanner, plan_chunks
+from aioloader._scheduling.planner import TARGET_SECONDS, ChunkPlanner, plan_chunks
 
 
 def jobs(planner: ChunkPlanner) -> list[ChunkJob]:
@@ -20,9 +20,9 @@ def jobs(planner: ChunkPlanner) -> list[ChunkJob]:
 def test_the_first_chunk_is_one_record_and_later_ones_are_sized_by_cost() -> None:
     planner = ChunkPlanner((0, 0, 0), 100, 1, 50)
     assert planner.next_job() == ChunkJob(0, 1)
-    planner.observe(1, 0.0003)  # 0.3 ms a record: 3 records make about a millisecond
+    planner.observe(1, 0.3 * TARGET_SECONDS)  # 3 records make about the target's time
     assert planner.next_job() == ChunkJob(1, 3)
-    planner.observe(3, 0.0)  # the cost is a moving average: 0.21 ms now
+    planner.observe(3, 0.0)  # the cost is a moving average: 0.21 of the target now
     assert planner.next_size() == 4
 
 
@@ -41,7 +41,7 @@ def test_slow_records_make_chunks_of_one_record() -> None:
 def test_fused_chunks_hold_whole_batches() -> None:
     planner = ChunkPlanner((0, 0, 0), 100, 4, 30)
     assert planner.next_job() == ChunkJob(0, 4)  # the first chunk is one batch
-    planner.observe(4, 0.0012)  # 3 records a millisecond: rounded up to one batch
+    planner.observe(4, 1.2 * TARGET_SECONDS)  # 3 records in the target's time: rounded up to one batch
     assert planner.next_size() == 4
     free = ChunkPlanner((0, 0, 0), 100, 4, 30)
     free.observe(4, 0.0)
