@@ -99,6 +99,15 @@ class TeacherRegression:
     def __getitem__(self, key: int) -> dict[str, np.ndarray]:
         return {"x": self.x[key], "y": self.y[key]}
 
+    def __getitems__(self, keys: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        """A chunk's records in one read (aioloader and Grain use it when a source has it).
+
+        Rows of arrays this thread owns: on free-threaded CPython each view of the shared
+        `self.x` would bump its reference count from every worker at once, and two workers
+        made no more batches than one, at 1.7 times the CPU."""
+        x, y = self.x[keys], self.y[keys]
+        return [{"x": x[j], "y": y[j]} for j in range(len(keys))]
+
 
 class NoisyTargets(al.RandomMapTransform):
     """Adds Gaussian noise to the targets of a batch, drawn from the batch's own generator:
