@@ -11,6 +11,7 @@ from aioloader import DataLoader, IndexSampler, ReadOptions
 from aioloader._program import read_pool
 from tests.conftest import aioloader_threads, repeated
 from tests.support.outputs import drain, notes
+from tests.support.thread_starts import note_thread_starts
 
 
 class VirtualClock:
@@ -234,14 +235,7 @@ def test_a_close_ends_the_reads_not_started_with_stopped_and_joins_the_threads()
 def test_the_read_threads_start_one_another(monkeypatch: pytest.MonkeyPatch) -> None:
     """`Thread.start` waits until the new thread runs: the reader that needs the pool waits
     for one start, and each read thread starts the next."""
-    starters: list[tuple[str, str]] = []
-    start = threading.Thread.start
-
-    def noted(thread: threading.Thread) -> None:
-        starters.append((threading.current_thread().name, thread.name))
-        start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", noted)
+    starters = note_thread_starts(monkeypatch)
     pool = read_pool.ReadPool(3)
     assert list(pool.map(lambda key: key * 2, range(50))) == list(range(0, 100, 2))
     pool.close()

@@ -22,6 +22,7 @@ from aioloader._program.program import Program
 from aioloader._sampling.walk import Walk
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import SegmentRunner
+from tests.support.thread_starts import note_thread_starts
 
 
 def scheduler_of(n: int = 100) -> Scheduler:
@@ -144,17 +145,10 @@ def test_a_worker_asked_to_end_that_ends_on_close_is_counted_out_once() -> None:
     assert workers.count() == 0
 
 
-def test_the_caller_starts_one_worker_and_each_worker_starts_the_next(monkeypatch: Any) -> None:
+def test_the_caller_starts_one_worker_and_each_starts_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
     """`Thread.start` waits until the new thread runs: on busy cores a scheduling period
     each, which the consumer's thread must not pay `count` times before its first batch."""
-    starters: list[tuple[str, str]] = []
-    start = threading.Thread.start
-
-    def noted(thread: threading.Thread) -> None:
-        starters.append((threading.current_thread().name, thread.name))
-        start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", noted)
+    starters = note_thread_starts(monkeypatch)
     scheduler = scheduler_of(1000)
     workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 4, "test-worker")
     assert workers.count() == 4  # counted from the start, started or not
