@@ -23,6 +23,7 @@ import aioloader as al
 from aioloader._executors.interpreter.subinterpreters import unavailable
 from tests.conftest import aioloader_threads, repeated
 from tests.support.outputs import drain, notes
+from tests.support.thread_starts import note_thread_starts
 from tests.support.tracked import Ledger, TrackedSource
 from tests.support.transforms import is_long, shout
 
@@ -440,12 +441,13 @@ def test_mp_prefetch_is_prefetch_on_threads() -> None:
     assert [x.tolist() for x in ds.prefetch(al.MultiprocessingOptions(num_workers=2))] == expected
 
 
-def test_the_nearest_prefetch_sets_a_parts_workers() -> None:
+def test_the_nearest_prefetch_sets_a_parts_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     inner = al.MapDataset.range(30).to_iter_dataset().map(shout_number).prefetch(1)
     outer = al.IterDataset.mix([inner, al.MapDataset.range(5).to_iter_dataset()]).prefetch(3)
-    workers: set[threading.Thread] = set()
-    for _ in outer:
-        workers |= {t for t in aioloader_threads() if t.name.startswith("aioloader-worker")}
+    starts = note_thread_starts(monkeypatch)  # workers start one another, maybe after the last output
+    with iter(outer) as iterator:
+        assert list(iterator)
+    workers = [started for _, started in starts if started.startswith("aioloader-worker")]
     assert len(workers) == 1 + 3, workers  # one for the inner part, three for the other
 
 

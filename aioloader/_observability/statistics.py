@@ -44,7 +44,9 @@ class StageStatistics:
 
 @dataclass(frozen=True)
 class ThreadStatistics:
-    """The threads of one kind, `name` (`workers`, `device`, `consumer`), summed.
+    """The threads of one kind, `name` (`workers`, `device`, `consumer`), summed;
+    `count` is how many have started (workers start one another, so at first it may
+    be below `LoaderStatistics.worker_count`).
 
     `busy_seconds` is time spent working (for the consumer: its own code,
     between two outputs); `waiting_for_input_seconds` is time spent waiting
