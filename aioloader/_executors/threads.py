@@ -53,8 +53,7 @@ class WorkerThreads:
         # is alive a moment longer, and counted twice then, `retire` could end the last one.
         self._active = 0
         self._unstarted = 0  # workers asked for that the chain has not started yet
-        if count:
-            self.add(count)
+        self.add(count)
 
     def add(self, count: int = 1) -> None:
         """Start `count` more workers (after `close()` they end at once, making no runner).
@@ -66,6 +65,8 @@ class WorkerThreads:
         its first batch, which it runs itself if no worker has taken it, was
         3 ms of work; now it waits for one start.
         """
+        if count <= 0:
+            return  # a chain of -1 would never end: `after` counts down from it
         with self._lock:
             self._active += count
             self._unstarted += count

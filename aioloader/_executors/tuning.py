@@ -299,8 +299,9 @@ class Tuner:
         if level == 0:
             self._scheduler.run_inline(True)
             return
-        if self._workers.count() < level:
-            self._workers.add(level - self._workers.count())
+        missing = level - self._workers.count()
+        if missing > 0:
+            self._workers.add(missing)
         while self._workers.count() > level:
             self._workers.retire()
         self._scheduler.run_inline(False)

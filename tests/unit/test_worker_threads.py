@@ -195,3 +195,14 @@ def test_a_worker_that_cannot_start_the_next_fails_the_loader_and_the_count_drop
     scheduler.close()
     assert workers.join()
     assert workers.count() == 0
+
+
+def test_adding_no_workers_starts_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    starters = note_thread_starts(monkeypatch)
+    scheduler = scheduler_of()
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 0, "test-worker")
+    workers.add(0)
+    workers.add(-1)
+    assert (starters, workers.count(), workers.ready()) == ([], 0, True)
+    scheduler.close()
+    assert workers.join()
