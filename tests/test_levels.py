@@ -34,6 +34,15 @@ def restless(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuning, "PARALLEL", float("inf"))  # never sure that the threads pay off
 
 
+def workers_ready(iterator: Any) -> None:
+    """Wait until every worker of the iterator's engine has made its copy of the operations."""
+    workers = iterator._cursor.holder.engine._workers
+    deadline = time.monotonic() + 30
+    while not workers.ready() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert workers.ready()
+
+
 def consumer_ran_jobs(iterator: Any) -> bool:
     """True when the consumer's thread has run jobs past the first (which it runs whenever no
     worker is ready for it): its program's counters count the chunks it took."""
@@ -63,12 +72,16 @@ def test_changing_level_at_every_other_output_changes_no_output(
 @repeated
 @pytest.mark.usefixtures("restless")
 def test_the_consumers_thread_runs_jobs_and_resumes_exactly(repeat: int) -> None:
-    # Long enough that the consumer's thread takes jobs before the end however late the workers
-    # start (the first trial waits for them) and however far ahead of it they ran before.
+    # Long enough that the consumer's thread takes jobs before the end once the workers have
+    # started (the first trial waits for them: on a loaded machine the second worker, which the
+    # first one starts, once made its copy only after the first had done every chunk), and
+    # however far ahead of it they ran before.
     case = dataclasses.replace(next(case for case in CASES if case.name == "fused-batch"), num_records=600)
     small = aioloader.ReadOptions(num_threads=2, prefetch_buffer_size=6)  # chunks of a batch
     head: list[Any] = []
     with iter(case.loader(2, read_options=small)) as iterator:
+        head.append(next(iterator))  # the engine and its workers exist from here
+        workers_ready(iterator)  # the window holds them back meanwhile: 6 records
         while not consumer_ran_jobs(iterator):
             head.append(next(iterator))
         head.append(next(iterator))
