@@ -237,7 +237,16 @@ def test_the_read_threads_start_one_another(monkeypatch: pytest.MonkeyPatch) -> 
     for one start, and each read thread starts the next."""
     starters = note_thread_starts(monkeypatch)
     pool = read_pool.ReadPool(3)
-    assert list(pool.map(lambda key: key * 2, range(50))) == list(range(0, 100, 2))
+    together = threading.Barrier(3, timeout=10)  # the first reads wait for all three threads
+
+    def read(key: int) -> int:
+        if key < 3:
+            together.wait()
+        return key * 2
+
+    # Without the barrier the reads may all be done, under load, before the chain has
+    # started its last thread, and the close would stop it there (as it should).
+    assert list(pool.map(read, range(50))) == list(range(0, 100, 2))
     pool.close()
     caller = threading.current_thread().name
     assert starters == [

@@ -22,6 +22,13 @@ own, and the loop's frame is the first entry of the traceback of an error it
 catches, so the loop keeps no counter. A StopIteration is returned like any
 error, for the caller to turn into one (see `_common/calls`).
 
+A close must not wait for a whole chunk, yet reading `shutdown.closing`
+before every record costs 20-30 ns (measured on 3.11 and 3.13t), a tenth of
+a trivial record's whole cost. So the untimed loop reads it before each
+block of records, a block being as many records as the probe below says
+take about `BLOCK_SECONDS` (one record when they are slow): a close waits
+for at most one block.
+
 Statistics want each operation's time apart. Timing every call would cost
 two clock reads a call, as much as a trivial record's whole work; so the
 first `PROBE_RECORDS` records of each chunk run through a timed twin of the
@@ -31,7 +38,6 @@ probe's was.
 
 from __future__ import annotations
 
-import itertools
 import linecache
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +47,8 @@ from aioloader._common.calls import Shutdown, Stopped
 from aioloader._operations.transforms import Kind, Op
 
 PROBE_RECORDS = 2  # records of each chunk timed stage by stage
+BLOCK_SECONDS = 200e-6  # records between two reads of the shutdown flag, in time
+MAX_BLOCK = 256  # ... and in count: a record slower than its probe delays a close less
 
 Loop = Callable[..., tuple[int, Exception | None]]
 
@@ -83,9 +91,17 @@ class FusedMaps:
         functions = self.functions
         stage, error = self._loops[reads, True](out, probed, get, functions, rngs, shutdown, spent, clock)
         if error is None and len(inputs) > len(probed):
-            rest = itertools.islice(inputs, len(probed), None)  # no copy of the chunk's inputs
-            stage, error = self._loops[reads, False](out, rest, get, functions, rngs, shutdown, None, None)
+            block = block_size(sum(spent) / len(probed))
+            loop = self._loops[reads, False]
+            stage, error = loop(out, inputs, get, functions, rngs, shutdown, len(probed), block)
         return stage, error, spent
+
+
+def block_size(seconds_per_record: float) -> int:
+    """Records per read of the shutdown flag, for records that take `seconds_per_record`."""
+    if seconds_per_record <= 0.0:
+        return MAX_BLOCK
+    return max(1, min(MAX_BLOCK, int(BLOCK_SECONDS / seconds_per_record)))
 
 
 def compile_loop(kinds: tuple[Kind, ...], reads: bool, timed: bool) -> Loop:
@@ -94,24 +110,27 @@ def compile_loop(kinds: tuple[Kind, ...], reads: bool, timed: bool) -> Loop:
     `loop(out, inputs, get, functions, rngs, shutdown, spent, clock)`: see
     `FusedMaps.run`; a random map `i` is also given `rngs[i](j)`, the
     generator of element `j` (`len(out)`). With `timed`, stage `s` adds its
-    seconds by `clock()` to `spent[s]`.
+    seconds by `clock()` to `spent[s]`, and `shutdown` is read before each
+    input. Without, the last two arguments are `start, block`: the loop runs
+    `inputs[start:]` (a sequence), reading `shutdown` before each `block`.
     """
     stages = ["x = get(x)"] if reads else []
     for i, kind in enumerate(kinds):
         stages.append(f"x = f{i}(x, r{i}(len(out)))" if kind is Kind.RANDOM_MAP else f"x = f{i}(x)")
     lines = _header(len(kinds), timed)
+    indent = " " * (12 if timed else 16)  # a stage's line: inside the loop over inputs
     stage_of_line: dict[int, int] = {}
     for stage, line in enumerate(stages):
-        lines.append(f"            {line}")
+        lines.append(f"{indent}{line}")
         stage_of_line[len(lines)] = stage  # line numbers count from 1
         if timed:
             lines += [
-                "            now = clock()",
-                f"            spent[{stage}] += now - then",
-                "            then = now",
+                f"{indent}now = clock()",
+                f"{indent}spent[{stage}] += now - then",
+                f"{indent}then = now",
             ]
     lines += [
-        "            append(x)",
+        f"{indent}append(x)",
         "    except Exception as error:",
         "        return stage_of_line[error.__traceback__.tb_lineno], error",
         "    return -1, None",
@@ -126,14 +145,26 @@ def compile_loop(kinds: tuple[Kind, ...], reads: bool, timed: bool) -> Loop:
 
 
 def _header(maps: int, timed: bool) -> list[str]:
-    return [
-        "def loop(out, inputs, get, functions, rngs, shutdown, spent, clock):",
+    unpack = [
         f"    ({''.join(f'f{i}, ' for i in range(maps))}) = functions",
         f"    ({''.join(f'r{i}, ' for i in range(maps))}) = rngs",
         "    append = out.append",
         "    try:",
-        "        for x in inputs:",
+    ]
+    if timed:
+        return [
+            "def loop(out, inputs, get, functions, rngs, shutdown, spent, clock):",
+            *unpack,
+            "        for x in inputs:",
+            "            if shutdown.closing:",
+            "                raise Stopped",
+            "            then = clock()",
+        ]
+    return [
+        "def loop(out, inputs, get, functions, rngs, shutdown, start, block):",
+        *unpack,
+        "        for first in range(start, len(inputs), block):",
         "            if shutdown.closing:",
         "                raise Stopped",
-        *(["            then = clock()"] if timed else []),
+        "            for x in inputs[first:first + block]:",
     ]

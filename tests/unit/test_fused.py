@@ -11,7 +11,14 @@ import pytest
 
 import aioloader
 from aioloader._common.calls import NEVER, Shutdown, Stopped
-from aioloader._operations.fused import PROBE_RECORDS, FusedMaps, compile_loop
+from aioloader._operations.fused import (
+    BLOCK_SECONDS,
+    MAX_BLOCK,
+    PROBE_RECORDS,
+    FusedMaps,
+    block_size,
+    compile_loop,
+)
 from aioloader._operations.transforms import Kind, compile_operations
 
 
@@ -90,19 +97,61 @@ def test_a_stop_iteration_is_returned_as_an_error_not_an_end() -> None:
     assert (stage, type(error), out) == (0, StopIteration, [0, 1, 2])
 
 
-def test_a_close_stops_between_two_records() -> None:
-    shutdown = Shutdown()
-    seen: list[int] = []
+def closing_at(shutdown: Shutdown, at: int, seen: list[int]) -> Any:
+    """A map that notes each input and sets `shutdown` at input `at`."""
 
     def watch(x: int) -> int:
         seen.append(x)
-        if x == 4:
+        if x == at:
             shutdown.set()
         return x
 
-    with pytest.raises(Stopped):
-        fused(watch).run([], list(range(10)), None, [None], shutdown)
+    return watch
+
+
+def ticking(step: float) -> Any:
+    """A clock that advances `step` seconds at each read: every timed stage takes `step`."""
+    now = itertools.count()
+    return lambda: next(now) * step
+
+
+def test_a_close_stops_between_two_slow_records() -> None:
+    shutdown, seen = Shutdown(), []
+    maps = fused(closing_at(shutdown, 4, seen))
+    with pytest.raises(Stopped):  # records as slow as a block: the flag is read before each
+        maps.run([], list(range(10)), None, [None], shutdown, clock=ticking(BLOCK_SECONDS))
     assert seen == [0, 1, 2, 3, 4]
+
+
+def test_a_close_stops_fast_records_at_the_end_of_their_block() -> None:
+    shutdown, seen = Shutdown(), []
+    maps = fused(closing_at(shutdown, 4, seen))
+    with pytest.raises(Stopped):  # records that take no time: the flag is read every MAX_BLOCK
+        maps.run([], list(range(1000)), None, [None], shutdown, clock=ticking(0.0))
+    assert seen == list(range(PROBE_RECORDS + MAX_BLOCK))
+
+
+def test_a_close_before_the_first_record_reads_none() -> None:
+    shutdown, seen = Shutdown(), []
+    shutdown.set()
+    with pytest.raises(Stopped):
+        fused(closing_at(shutdown, -1, seen)).run([], list(range(10)), None, [None], shutdown)
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("seconds", "block"),
+    [(0.0, MAX_BLOCK), (1e-9, MAX_BLOCK), (BLOCK_SECONDS / 10, 10), (BLOCK_SECONDS, 1), (1.0, 1)],
+)
+def test_a_block_holds_the_records_of_block_seconds(seconds: float, block: int) -> None:
+    assert block_size(seconds) == block
+
+
+def test_every_record_is_run_once_whatever_the_block() -> None:
+    for step in (0.0, BLOCK_SECONDS / 7, BLOCK_SECONDS):
+        out: list[int] = []
+        stage, error, _ = fused(Add(1)).run(out, list(range(1000)), None, [None], NEVER, clock=ticking(step))
+        assert (stage, error, out) == (-1, None, list(range(1, 1001)))
 
 
 def test_a_flag_for_a_thread_is_set_with_its_owner_even_when_made_after() -> None:
