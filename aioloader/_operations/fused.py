@@ -27,7 +27,9 @@ before every record costs 20-30 ns (measured on 3.11 and 3.13t), a tenth of
 a trivial record's whole cost. So the untimed loop reads it before each
 block of records, a block being as many records as the probe below says
 take about `BLOCK_SECONDS` (one record when they are slow): a close waits
-for at most one block.
+for at most one block. Records slower than the probe's (a cache that
+stops hitting) stretch the wait, up to `MAX_BLOCK` of them, where a chunk
+of such records would last ten times longer still.
 
 Statistics want each operation's time apart. Timing every call would cost
 two clock reads a call, as much as a trivial record's whole work; so the
@@ -48,7 +50,7 @@ from aioloader._operations.transforms import Kind, Op
 
 PROBE_RECORDS = 2  # records of each chunk timed stage by stage
 BLOCK_SECONDS = 200e-6  # records between two reads of the shutdown flag, in time
-MAX_BLOCK = 256  # ... and in count: a record slower than its probe delays a close less
+MAX_BLOCK = 256  # ... and in count: the most records a close may wait for
 
 Loop = Callable[..., tuple[int, Exception | None]]
 
@@ -83,7 +85,7 @@ class FusedMaps:
         Returns the stage that raised (0 the read, if any, then each map; -1:
         none) with its error, `out` then holding the results before the failing
         input; and each stage's seconds over the probed inputs. Raises `Stopped`
-        between two inputs once `shutdown` is set.
+        once `shutdown` is set, before the next block of inputs (`block_size`).
         """
         reads = get is not None
         spent = [0.0] * (len(self.functions) + reads)
