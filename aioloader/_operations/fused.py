@@ -28,8 +28,7 @@ a trivial record's whole cost. So the untimed loop reads it before each
 block of records, a block being as many records as the probe below says
 take about `BLOCK_SECONDS` (one record when they are slow): a close waits
 for at most one block. Records slower than the probe's (a cache that
-stops hitting) stretch the wait, up to `MAX_BLOCK` of them, where a chunk
-of such records would last ten times longer still.
+stops hitting) stretch the wait, up to `MAX_BLOCK` of them.
 
 Statistics want each operation's time apart. Timing every call would cost
 two clock reads a call, as much as a trivial record's whole work; so the
@@ -50,7 +49,9 @@ from aioloader._operations.transforms import Kind, Op
 
 PROBE_RECORDS = 2  # records of each chunk timed stage by stage
 BLOCK_SECONDS = 200e-6  # records between two reads of the shutdown flag, in time
-MAX_BLOCK = 256  # ... and in count: the most records a close may wait for
+# ... and in count: the most records a close may wait for, should they turn slow after the
+# probe (a cache that stops hitting). 64 costs 1-2 ns a record more than 256 (3.11, 3.13t).
+MAX_BLOCK = 64
 
 Loop = Callable[..., tuple[int, Exception | None]]
 
