@@ -61,7 +61,8 @@ FAILURES = [(True, 0), (True, 1), (True, 2), (True, 3), (False, 1), (False, 2), 
 
 
 @pytest.mark.parametrize(("reads", "failing"), FAILURES, ids=[f"read{r:d}-stage{f}" for r, f in FAILURES])
-@pytest.mark.parametrize("at", [0, 1, PROBE_RECORDS, 7])  # in the timed probe, and after it
+# In the timed probe, after it, and in later blocks (the first record of one, and within one).
+@pytest.mark.parametrize("at", [0, 1, PROBE_RECORDS, 7, PROBE_RECORDS + MAX_BLOCK, 150])
 def test_the_stage_that_raised_and_the_results_before_it(reads: bool, failing: int, at: int) -> None:
     """Stage 0 is the read (with one), then each map; the results before the record stay."""
 
@@ -80,7 +81,7 @@ def test_the_stage_that_raised_and_the_results_before_it(reads: bool, failing: i
 
     maps = fused(*(breaker(i) for i in (1, 2, 3)))
     out: list[Any] = []
-    stage, error, _ = maps.run(out, list(range(10)), get if reads else None, [None] * 3, NEVER)
+    stage, error, _ = maps.run(out, list(range(200)), get if reads else None, [None] * 3, NEVER)
     assert out == list(range(at))
     assert stage == (failing if reads else failing - 1)
     assert isinstance(error, KeyError if failing == 0 else ValueError)
