@@ -299,9 +299,7 @@ class Tuner:
         if level == 0:
             self._scheduler.run_inline(True)
             return
-        missing = level - self._workers.count()
-        if missing > 0:
-            self._workers.add(missing)
+        self._workers.add(level - self._workers.count())  # none when it has as many or more
         while self._workers.count() > level:
             self._workers.retire()
         self._scheduler.run_inline(False)
