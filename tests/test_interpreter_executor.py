@@ -288,6 +288,26 @@ def test_an_exception_that_cannot_be_rebuilt_arrives_by_name_and_message() -> No
 
 
 @needs_subinterpreters
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit, GeneratorExit])
+def test_an_interrupt_in_a_subinterpreter_arrives_as_itself(kind: type[BaseException]) -> None:
+    """As from a worker thread: `except KeyboardInterrupt` and `sys.exit` work the same
+    with either executor (it was a SubinterpreterError)."""
+    got, error = drain(loader([ops.FailOn({4}, kind)]), BaseException)
+    assert type(error) is kind
+    assert "bad element 4" in str(error)
+    assert got == list(range(len(got)))
+    assert len(got) <= 4
+
+
+@needs_subinterpreters
+def test_an_exception_whose_message_fails_keeps_its_type_and_record() -> None:
+    got, error = drain(loader([ops.FailOn({4}, ops.StrFails)]))
+    assert type(error) is ops.StrFails
+    assert got == [0, 1, 2, 3]
+    assert "index=4, record_key=4" in notes(error)
+
+
+@needs_subinterpreters
 def test_a_result_that_cannot_be_sent_back_fails_its_record_in_order() -> None:
     got, error = drain(loader([ops.Unpicklable()]))
     assert got == [0, 1, 2, 3, 4, 5]

@@ -159,18 +159,20 @@ class AsyncInline:
     The synchronous segments run on the loop itself (the debug mode); each
     asynchronous one is awaited as a task, so that `close()` (from the same
     loop, while an `anext()` awaits) can cancel it: that `anext()` then
-    answers the end. `steps` waits at a `yield` whenever anything else runs,
-    so closing it never meets it running.
+    answers the end. An `anext()` whose own task is cancelled (a timeout
+    around it) leaves that task running, and the next `anext()` takes it up
+    where it was: nothing is lost or done twice. `steps` waits at a `yield`
+    whenever anything else runs, so closing it never meets it running.
     """
 
     def __init__(self, steps: Steps) -> None:
         self._steps = steps
-        self._awaited: asyncio.Future[Any] | None = None
+        self._awaited: asyncio.Future[Any] | None = None  # in flight, or left by a cancelled `anext()`
         self._closed = False
 
     async def anext(self) -> Outputs | None:
         """The next `Outputs`, or None at the end or once closed."""
-        answer: Any = None
+        answer: Any = None if self._awaited is None else await self._await()
         while not self._closed:
             try:
                 step = self._steps.send(answer)
@@ -181,20 +183,31 @@ class AsyncInline:
             answer = await self._await(step.coroutine)
         return None
 
-    async def _await(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+    async def _await(self, coroutine: Coroutine[Any, Any, Any] | None = None) -> Any:
+        """`coroutine`'s result (None: the await a cancelled `anext()` left)."""
         import asyncio
 
-        self._awaited = asyncio.ensure_future(coroutine)
+        if coroutine is not None:
+            self._awaited = asyncio.ensure_future(coroutine)
+        awaited = self._awaited
+        assert awaited is not None
         try:
-            return await self._awaited
+            result = await asyncio.shield(awaited)
         except Interrupt as carried:
+            self._awaited = None
             raise carried.error from None
         except asyncio.CancelledError:
-            if not self._closed:
-                raise  # the consumer's task was cancelled, not this iteration
-            return None
-        finally:
+            if not awaited.cancelled() and not self._closed:
+                raise  # this `anext()`'s task is cancelled: the next one takes up the same await
             self._awaited = None
+            if not self._closed:
+                raise  # the user's code raised it
+            return None
+        except BaseException:
+            self._awaited = None
+            raise
+        self._awaited = None
+        return result
 
     def close(self) -> None:
         """Stop: cancel the await in progress, and close the steps. Idempotent."""

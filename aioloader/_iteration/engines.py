@@ -217,6 +217,7 @@ class ThreadedEngine:
         self._workers.join()
         if self._loop_thread is not None:
             self._loop_thread.close()
+        self.scheduler.program.release()
 
     async def aclose(self) -> None:
         """`close` on the consumer's loop: stops at once, then joins on a closer thread,
@@ -287,6 +288,7 @@ class InlineEngine:
         self._outputs.close()
         if self._early is not None:
             self._early.close()
+        self._program.release()
 
 
 class AsyncInlineEngine:
@@ -321,11 +323,13 @@ class AsyncInlineEngine:
         # No threads but the early read's; the rest goes with the engine.
         if self._early is not None:
             self._early.close()
+        self._program.release()
 
     async def aclose(self) -> None:
         self._outputs.close()
         if self._early is not None:
             await aclose_elsewhere(self._early.close)  # joins its threads without blocking the loop
+        self._program.release()
 
 
 def _inline(

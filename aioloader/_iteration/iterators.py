@@ -6,11 +6,16 @@ and knows the position just past the last output delivered: `get_state()`
 is that position.
 
 Outputs are delivered by a plain list iterator over the current `Outputs`'
-items, so the cost per output is C's, not a Python method's: the sync
-iterator is an `itertools.chain` over those iterators (its `__next__` is
-chain's), and the async one calls `next()` on the current one. How far into
-the current `Outputs` the consumer is comes from the list iterator's length
-hint.
+items: the sync iterator is an `itertools.chain` over those iterators, and
+the async one calls `next()` on the current one. How far into the current
+`Outputs` the consumer is comes from the list iterator's length hint.
+
+Calls from several threads (or tasks) take turns: one iterator is one
+stream, and each output goes to exactly one caller. The sync iterator's
+`__next__` takes a lock around chain's own, which is not safe to enter from
+two threads at once (before CPython 3.14 a second thread could make chain
+drop the generator that the first one was running: a crash); `set_state`
+takes the same lock, so that it never lands in the middle of a `next()`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ if TYPE_CHECKING:
     from aioloader._observability.statistics import LoaderStatistics, Observation  # when asked for
 
 _EMPTY: list[Any] = []
+_chain_next = itertools.chain.__next__
 
 
 class _Cursor(Generic[E]):
@@ -64,6 +70,7 @@ class _Cursor(Generic[E]):
         self.detour: Detour | None = None  # after a Grain state that left records behind
         self.ended = False  # the sync iterator's chain has reported its end: it cannot restart
         self.consumer: int | None = None  # the thread that last asked for outputs
+        self.restarts = 0  # `set_state` calls: an output awaited before one is dropped
         self.holder: EngineHolder[E] = EngineHolder()
         # Guards `base`, `items`, `after` and `current` together: `get_state()` and
         # `statistics()` may read the position from any thread while the consumer moves
@@ -235,6 +242,7 @@ class _Cursor(Generic[E]):
         check_position(position, spec.description, spec.length)
         detour = None if starts is None else Detour(Leftovers(starts), position[0])
         engine = self.stop()
+        self.restarts += 1
         self.spec, self.detour = spec.resumed(detour), detour
         self.reset(position if detour is None else (detour.first, position[1], position[2]))
         self.holder.reopen()
@@ -266,11 +274,14 @@ class DataLoaderIterator(itertools.chain[Any]):
     """
 
     _cursor: _Cursor[SyncEngine]
+    _turn: threading.RLock
 
     def __new__(cls, spec: LoaderSpec) -> DataLoaderIterator:
         cursor: _Cursor[SyncEngine] = _Cursor(spec)
         self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
         self._cursor = cursor
+        # Reentrant: a transform that calls `set_state` runs inside `next()` at worker_count=0.
+        self._turn = threading.RLock()
         weakref.finalize(self, EngineHolder.close, cursor.holder)
         return self
 
@@ -279,6 +290,10 @@ class DataLoaderIterator(itertools.chain[Any]):
 
     def __iter__(self) -> DataLoaderIterator:
         return self
+
+    def __next__(self) -> Any:
+        with self._turn:  # callers in several threads take turns (see the module docstring)
+            return _chain_next(self)
 
     def next(self) -> Any:
         """The next output (as `next(iterator)`)."""
@@ -317,13 +332,14 @@ class DataLoaderIterator(itertools.chain[Any]):
         call `set_state` on a new iterator. A state from another pipeline is
         a ValueError that names what differs.
         """
-        if self._cursor.ended:
-            raise ValueError(
-                "`set_state` cannot restart this DataLoaderIterator: it has ended (at the end of "
-                "the data, after an error, or asked for more after close()); call set_state on a "
-                "new one, iter(loader)."
-            )
-        _close(self._cursor.set_state(state))
+        with self._turn:  # after a `next()` running in another thread, never during it
+            if self._cursor.ended:
+                raise ValueError(
+                    "`set_state` cannot restart this DataLoaderIterator: it has ended (at the end of "
+                    "the data, after an error, or asked for more after close()); call set_state on a "
+                    "new one, iter(loader)."
+                )
+            _close(self._cursor.set_state(state))
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
@@ -390,6 +406,15 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
         cursor.ended = True
 
 
+def _cancelling(error: BaseException) -> bool:
+    """True when `error` cancels the running task, not when the pipeline failed with a
+    CancelledError of the user's (an `async def` map's cancelled request)."""
+    import asyncio
+
+    task = asyncio.current_task()
+    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
 def _close(engine: SyncEngine | AsyncEngine | None) -> None:
     if engine is not None:
         engine.close()
@@ -408,6 +433,7 @@ class AsyncDataLoaderIterator:
     def __init__(self, spec: LoaderSpec) -> None:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
+        self._turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # see `_turn_lock`
         weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
@@ -420,6 +446,22 @@ class AsyncDataLoaderIterator:
             return await self._advance()
 
     async def _advance(self) -> Any:
+        async with self._turn_lock():  # another task's `__anext__` waits for this one's
+            try:
+                return next(self._cursor.current)  # what the task before this one loaded
+            except StopIteration:
+                return await self._advance_in_turn()
+
+    def _turn_lock(self) -> asyncio.Lock:
+        """The lock that tasks awaiting `__anext__` at once take in turn (one per loop)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._turn is None or self._turn[0] is not loop:
+            self._turn = loop, asyncio.Lock()
+        return self._turn[1]
+
+    async def _advance_in_turn(self) -> Any:
         cursor = self._cursor
         while True:
             error = cursor.take_failure()
@@ -432,12 +474,17 @@ class AsyncDataLoaderIterator:
                 await self.aclose()
                 raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
-            started = time.perf_counter()
+            started, restarts = time.perf_counter(), cursor.restarts
             try:
                 found = await engine.anext()
-            except BaseException:
-                await self.aclose()
+            except BaseException as stopped:
+                if not _cancelling(stopped):
+                    await self.aclose()
+                # Else this task is cancelled (a timeout around `anext`): the engine runs on,
+                # and the next `__anext__` takes what it makes; nothing is lost.
                 raise
+            if cursor.restarts != restarts:
+                continue  # `set_state` from another task meanwhile: its engine, not this one
             cursor.waited(started)
             items = cursor.load_unless_closed(found)
             if items is None:  # the end, or aclose() while we waited

@@ -23,6 +23,7 @@ silently drop every element.
 from __future__ import annotations
 
 import abc
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -220,6 +221,12 @@ def filter_verdict(verdict: Any, what: str) -> bool:
     if verdict is None:
         raise TypeError(
             f"{what} returned None, which is no answer: a forgotten `return`? Return True to keep."
+        )
+    if inspect.isawaitable(verdict):  # true as an object: it would keep every element
+        getattr(verdict, "close", lambda: None)()  # never awaited: no warning about it
+        raise TypeError(
+            f"{what} returned an awaitable ({type(verdict).__name__}), which is no answer: a "
+            "filter must answer at once (only maps may be `async def`)."
         )
     return bool(verdict)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import copy
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -177,6 +178,28 @@ class Operations(NamedTuple):
             return Op(op.kind, target, op.method, op.name, op.what, op.rng)
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
+
+    def claim(self) -> tuple[Operations, bool]:
+        """These operations for one engine, whose consumer's thread may run them: the
+        loader's own if no other engine holds them (then True: `release` them when done),
+        else a copy (`for_worker`), so that two iterators of one loader, in two
+        threads at once, never share a transform's state. Copying only then spares
+        the usual single iterator a deep copy of a large transform."""
+        with _claims:
+            if id(self) not in _claimed:
+                _claimed.add(id(self))
+                return self, True
+        return self.for_worker(), False
+
+    def release(self) -> None:
+        """Let another engine run these operations (after `claim` returned True)."""
+        with _claims:
+            _claimed.discard(id(self))
+
+
+# The operations that an engine holds (by id: an engine keeps them alive while it does).
+_claims = threading.Lock()
+_claimed: set[int] = set()
 
 
 class Prepared(NamedTuple):

@@ -109,7 +109,8 @@ class Program:
         read_pool: ReadPool | None = None,
         fuse: bool = True,
     ) -> None:
-        self.source, self.sampler, self.operations = source, sampler, operations
+        self.source, self.sampler = source, sampler
+        self.operations, self._claimed = operations.claim()  # see `release`
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.read_pool = read_pool
@@ -135,6 +136,13 @@ class Program:
         self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
         return self.early
 
+    def release(self) -> None:
+        """The engine is done with this program: another may run the loader's own
+        operations (see `Operations.claim`). Idempotent."""
+        if self._claimed:
+            self._claimed = False
+            self.operations.release()
+
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
 
@@ -145,6 +153,7 @@ class Program:
         """
         clone = copy.copy(self)
         clone.operations = self.operations.for_worker()
+        clone._claimed = False  # the copy's operations are its own
         clone.shutdown = self.shutdown.for_thread()
         clone._maps = None  # compiled from the clone's own operations when it first runs them
         clone.meter = self.meters.new("steps") if meter.ENABLED else None

@@ -134,7 +134,11 @@ class Walk:
         shard only where the loader's `shard_options` differ from the sampler's.
         """
         if not self._own:
-            return {"type": type(self.sampler).__qualname__, "repr": repr(self.sampler), "shard": self.shard}
+            foreign: dict[str, Any] = {"type": type(self.sampler).__qualname__, "shard": self.shard}
+            # object's own repr holds an address, new each run: no state would ever resume
+            if getattr(type(self.sampler), "__repr__", None) is not object.__repr__:
+                foreign["repr"] = repr(self.sampler)
+            return foreign
         described: dict[str, Any] = self.sampler.describe()
         if self.shard != described["shard"][:2]:
             described["walk"] = self.shard

@@ -21,13 +21,20 @@ from aioloader import FlatMapTransform, MapTransform, RandomMapTransform
 class FailOn(MapTransform):
     """Raises `error` on the chosen record values."""
 
-    def __init__(self, bad: set[int], error: type[Exception] = ValueError) -> None:
+    def __init__(self, bad: set[int], error: type[BaseException] = ValueError) -> None:
         self.bad, self.error = bad, error
 
     def map(self, element: Any) -> Any:
         if element in self.bad:
             raise self.error(f"bad element {element}")
         return element
+
+
+class StrFails(Exception):
+    """An exception whose message cannot be made: `str()` of it raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
 
 
 class RandomFailOn(RandomMapTransform):

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aioloader._executors.interpreter.subinterpreters import Subinterpreter, SubinterpreterError, unavailable
-from aioloader._executors.interpreter.worker import PROTOCOL, failure_of, load, pickle_chunk, serve
+from aioloader._executors.interpreter.worker import PROTOCOL, escaped, failure_of, load, pickle_chunk, serve
 from aioloader._executors.threads import RunnerFactory
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.program import Program, Stage
@@ -159,7 +159,10 @@ class _Runner:
             return steps, chunk.start, chunk.keys, chunk.indices, chunk.items, chunk.origins
 
         sent = pickle_chunk(chunk, request, "sending records to a subinterpreter")
-        chunk.items, chunk.origins, packed, timings = pickle.loads(self._interpreter.call(serve, sent))
+        reply = pickle.loads(self._interpreter.call(serve, sent))
+        if (error := escaped(reply)) is not None:
+            raise error  # as from a worker thread: it stops the pipeline
+        chunk.items, chunk.origins, packed, timings = reply
         counter = self._program.meter  # the steps timed there count as this worker's, as with threads
         if counter is not None:
             for call, (items, seconds) in zip(steps, timings, strict=True):

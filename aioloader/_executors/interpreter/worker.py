@@ -82,12 +82,23 @@ def serve(request: bytes) -> bytes:
     chunk.items, chunk.origins = items, origins
     timings = []
     started = time.perf_counter()  # the process's clock: the worker thread reads the same one
-    for step, index in steps:
-        _STEPS[step](index, chunk)
-        ended = time.perf_counter()
-        timings.append((len(chunk.items), ended - started))
-        started = ended
+    try:
+        for step, index in steps:
+            _STEPS[step](index, chunk)
+            ended = time.perf_counter()
+            timings.append((len(chunk.items), ended - started))
+            started = ended
+    except BaseException as error:  # a KeyboardInterrupt or SystemExit of a transform's
+        # It stops the pipeline, as it does from a worker thread: sent as itself, not as
+        # the subinterpreter's failure (`escaped`).
+        return pickle.dumps((None, None, pack_error(error), None), PROTOCOL)
     return pickle_chunk(chunk, lambda done: (*_reply(done), timings), "sending results from a subinterpreter")
+
+
+def escaped(reply: tuple[Any, Any, PackedError | None, Any]) -> BaseException | None:
+    """The exception that escaped the steps there (see `serve`), if any."""
+    _, _, packed, timings = reply
+    return unpack_error(packed) if timings is None and packed is not None else None
 
 
 def _read(_: int, chunk: RecordChunk) -> None:
@@ -126,13 +137,22 @@ def pack_error(error: BaseException) -> PackedError:
     """`error` as it can cross: pickled if it pickles, and described as text."""
     try:
         blob: bytes | None = pickle.dumps(error, PROTOCOL)
-    except Exception:
+    except BaseException:  # any: a `__reduce__` of the user's may raise anything
         blob = None
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    summary = traceback.TracebackException.from_exception(error)
+    summary = traceback.TracebackException.from_exception(error)  # copes with a failing __str__
     summary.__notes__ = None  # the notes travel with the error itself
-    return blob, f"{name}: {error}", list(getattr(error, "__notes__", [])), "".join(summary.format())
+    notes = [_text(note) for note in getattr(error, "__notes__", None) or ()]
+    return blob, f"{name}: {_text(error)}", notes, "".join(summary.format())
+
+
+def _text(value: object) -> str:
+    """`str(value)`, or what says it failed: an exception's message is the user's code."""
+    try:
+        return str(value)
+    except BaseException as error:
+        return f"<str() failed: {type(error).__name__}>"
 
 
 def unpack_error(packed: PackedError) -> BaseException:

@@ -1,0 +1,279 @@
+"""One iterator used from several threads or tasks at once, and other uses a consumer
+does not plan for: calls take turns, a cancelled `anext` loses nothing, `set_state`
+from elsewhere lands between two outputs, and two iterators of one loader never share
+a transform's state. Found by a hostile review: a crash, a hang, epochs that ended
+early without an error, and wrong records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from aioloader import (
+    Batch,
+    DataLoader,
+    FilterTransform,
+    IndexSampler,
+    MapTransform,
+    RangeDataSource,
+    RecordMetadata,
+)
+from tests.conftest import repeated, wait_for_no_threads
+
+N = 600
+WORKERS: list[int | str] = [0, 2, "auto"]
+
+
+def loader(workers: int | str, operations: list[Any] | None = None, n: int = N) -> DataLoader:
+    return DataLoader(
+        data_source=RangeDataSource(0, n),
+        sampler=IndexSampler(n, shuffle=True, seed=3, num_epochs=1),
+        operations=operations or [],
+        worker_count=workers,
+    )
+
+
+def expected(n: int = N) -> list[int]:
+    return [int(x) for x in loader(0, n=n)]
+
+
+@repeated
+@pytest.mark.parametrize("workers", WORKERS)
+def test_two_threads_on_one_iterator_take_turns(workers: int | str, repeat: int) -> None:
+    """Each record goes to exactly one thread, and each thread's share keeps the order
+    (before: a crash of the process, `itertools.chain` entered from two threads)."""
+    got: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+    with iter(loader(workers)) as iterator:
+
+        def take(k: int) -> None:
+            start.wait()
+            try:
+                got[k].extend(int(x) for x in iterator)
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=take, args=(k,)) for k in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert errors == []
+    wanted = expected()
+    order = {x: i for i, x in enumerate(wanted)}
+    assert Counter(got[0] + got[1]) == Counter(wanted)
+    for share in got:
+        assert share == sorted(share, key=order.__getitem__)
+    assert wait_for_no_threads() == []
+
+
+class Slow(MapTransform):
+    def map(self, element: int) -> int:
+        if element % 17 == 0:
+            time.sleep(0.0005)
+        return element
+
+
+@repeated
+@pytest.mark.parametrize("workers", WORKERS)
+def test_set_state_from_another_thread_lands_between_two_outputs(workers: int | str, repeat: int) -> None:
+    """The consumer goes on from the state's position (or had ended already, and
+    `set_state` says so); before, its loop ended early without an error."""
+    wanted = [b.tolist() for b in loader(0, [Slow(), Batch(4)])]
+    with iter(loader(0, [Slow(), Batch(4)])) as first:
+        for _ in range(10):
+            next(first)
+        state = first.get_state()
+    got: list[list[int]] = []
+    iterator = iter(loader(workers, [Slow(), Batch(4)]))
+    consumer = threading.Thread(target=lambda: got.extend(b.tolist() for b in iterator))
+    consumer.start()
+    time.sleep(0.002 * (repeat % 3))
+    restarted = True
+    try:
+        iterator.set_state(state)
+    except ValueError as error:
+        restarted = "has ended" not in str(error)  # else: the set_state's own error
+        if restarted:
+            raise
+    consumer.join(60)
+    iterator.close()
+    if restarted:
+        assert any(got == wanted[:m] + wanted[10:] for m in range(len(got) + 1))
+    else:
+        assert got == wanted
+    assert wait_for_no_threads() == []
+
+
+@repeated
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.asyncio
+async def test_two_tasks_awaiting_one_iterator_take_turns(workers: int | str, repeat: int) -> None:
+    """Before: the second task's wait replaced the first one's, which hung for good."""
+    async with aiter(loader(workers, [Batch(4)])) as iterator:
+
+        async def take() -> list[int]:
+            return [x for batch in [b async for b in iterator] for x in batch.tolist()]
+
+        first, second = await asyncio.wait_for(asyncio.gather(take(), take()), 60)
+    assert Counter(first + second) == Counter(range(N))
+
+
+class SlowAt(MapTransform):
+    """Sleeps at one record, long enough for a timeout around `anext` to fire."""
+
+    def __init__(self, at: int, seconds: float) -> None:
+        self.at, self.seconds = at, seconds
+
+    def map(self, element: int) -> int:
+        if element == self.at:
+            time.sleep(self.seconds)
+        return element
+
+
+class AsyncSlowAt:
+    """The same as an `async def` map (awaited on the loop; at worker_count=0, in the
+    consumer's own task)."""
+
+    def __init__(self, at: int, seconds: float) -> None:
+        self.at, self.seconds = at, seconds
+
+    async def __call__(self, element: int) -> int:
+        if element == self.at:
+            await asyncio.sleep(self.seconds)
+        return element
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize("kind", [SlowAt, AsyncSlowAt])
+@pytest.mark.asyncio
+async def test_a_cancelled_anext_loses_nothing(workers: int | str, kind: type[Any]) -> None:
+    """`asyncio.wait_for(anext(iterator), timeout)` that times out: the iterator goes on,
+    every record comes once, in order. Before: the next `anext` ended the epoch."""
+    data = DataLoader(
+        data_source=RangeDataSource(0, 12),
+        sampler=IndexSampler(12, num_epochs=1),
+        operations=[kind(5, 0.3)],
+        worker_count=workers,
+    )
+    got: list[int] = []
+    timeouts = 0
+    async with aiter(data) as iterator:
+        while True:
+            try:
+                got.append(int(await asyncio.wait_for(anext(iterator), 0.05)))
+            except TimeoutError:
+                timeouts += 1
+            except StopAsyncIteration:
+                break
+    if workers != 0 or kind is AsyncSlowAt:  # a sync map at 0 blocks the loop: no timeout fires
+        assert timeouts >= 1
+    assert got == list(range(12))
+
+
+@pytest.mark.parametrize("workers", [2, "auto"])
+@pytest.mark.asyncio
+async def test_set_state_from_another_task_moves_the_waiting_consumer(workers: int | str) -> None:
+    """Before: the consumer's `async for` ended there without an error."""
+    wanted = [b.tolist() for b in loader(0, [Slow(), Batch(4)])]
+    with iter(loader(0, [Slow(), Batch(4)])) as first:
+        for _ in range(10):
+            next(first)
+        state = first.get_state()
+    got: list[list[int]] = []
+    async with aiter(loader(workers, [Slow(), Batch(4)])) as iterator:
+        got.append((await anext(iterator)).tolist())
+
+        async def rest() -> None:
+            async for batch in iterator:
+                got.append(batch.tolist())
+
+        consumer = asyncio.ensure_future(rest())
+        await asyncio.sleep(0)  # the consumer awaits its next output
+        iterator.set_state(state)
+        await asyncio.wait_for(consumer, 60)
+    assert any(got == wanted[:m] + wanted[10:] for m in range(1, len(got) + 1))
+
+
+class Scratch(MapTransform):
+    """Keeps a value in `self` between two statements: safe only in a copy of one's own."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def map(self, element: int) -> int:
+        self.value = element
+        time.sleep(0)  # let another thread run here, if one shares this object
+        return self.value
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_two_iterators_of_one_loader_in_two_threads_never_share_a_transform(workers: int | str) -> None:
+    """At worker_count=0 (and "auto" at its level 0) the consumer's thread runs the
+    transforms: a second iterator running at the same time gets its own copy."""
+    shared = loader(workers, [Scratch(), Batch(5)], n=300)
+    wanted = [b.tolist() for b in loader(0, [Scratch(), Batch(5)], n=300)]
+    got: list[list[list[int]]] = [[], []]
+    start = threading.Barrier(2)
+
+    def run(k: int) -> None:
+        start.wait()
+        got[k] = [b.tolist() for b in shared]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert got == [wanted, wanted]
+
+
+class OwnSampler:
+    """A user's sampler with no `__repr__` of its own (object's holds an address)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        if index >= self.n:
+            raise IndexError(index)
+        return RecordMetadata(index=index, record_key=(index * 7) % self.n)
+
+
+def test_a_state_resumes_with_a_users_sampler_that_has_no_repr() -> None:
+    def make() -> DataLoader:
+        return DataLoader(data_source=RangeDataSource(0, 20), sampler=OwnSampler(20), operations=[Batch(4)])
+
+    wanted = [b.tolist() for b in make()]
+    with iter(make()) as first:
+        next(first)
+        next(first)
+        state = first.get_state()
+    with iter(make()) as second:  # another sampler object: another address
+        second.set_state(state)
+        assert [b.tolist() for b in second] == wanted[2:]
+
+
+class AsyncVerdict(FilterTransform):
+    def filter(self, element: int) -> Any:
+        async def verdict() -> bool:
+            return element % 2 == 0
+
+        return verdict()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_that_returns_an_awaitable_is_a_type_error(workers: int) -> None:
+    """An awaitable is true as an object: it kept every element."""
+    with pytest.raises(TypeError, match=r"AsyncVerdict.*returned an awaitable.*only maps may be `async def`"):
+        list(loader(workers, [AsyncVerdict()], n=20))
