@@ -95,6 +95,18 @@ PIPELINES: dict[str, Build] = {
     ),
     "repeat forever": lambda m: m.MapDataset.range(70).shuffle(seed=1).repeat().to_iter_dataset().batch(5),
     "random map": lambda m: m.MapDataset.range(40).to_iter_dataset().random_map(draw, seed=9),
+    "random map after a filter": lambda m: (
+        m.MapDataset.range(40).to_iter_dataset().filter(odd).random_map(draw, seed=7)
+    ),
+    "random map after a MapDataset filter": lambda m: (
+        m.MapDataset.range(40).filter(odd).to_iter_dataset().random_map(draw, seed=7)
+    ),
+    "random map after a filter and a batch": lambda m: (
+        m.MapDataset.range(40).to_iter_dataset().filter(odd).batch(3).random_map(draw, seed=7)
+    ),
+    "None leaves": lambda m: (
+        m.MapDataset.range(20).to_iter_dataset().map(lambda x: {"x": x, "none": None}).batch(6)
+    ),
     "random map after a batch": lambda m: (
         m.MapDataset.range(40).to_iter_dataset().batch(3).random_map(draw, seed=2)
     ),

@@ -103,11 +103,14 @@ def test_bad_sources_are_refused_by_name(make: Callable[[], Any], error: type, m
         make()
 
 
-def test_index_must_be_a_non_negative_int_and_the_dataset_not_empty() -> None:
+def test_index_must_be_an_int_and_the_dataset_not_empty() -> None:
     ds = MapDataset.range(3)
     assert ds[np.int64(4)] == 1
-    with pytest.raises(IndexError, match=r"`index` must be greater than or equal to 0, got -1"):
-        ds[-1]
+    # Any int wraps as in Grain (`index % len`, through each dataset's own arithmetic): -1 is
+    # the last element; a shuffle's -1 belongs to its epoch -1 (checked against Grain in
+    # test_map_dataset_grain).
+    assert [ds[-1], ds[-3], ds[-4]] == [2, 0, 2]
+    assert MapDataset.range(10)[2:8][-2] == 6
     with pytest.raises(TypeError, match=r"`index` must be an int or a slice, got 1.0 of type float"):
         ds[1.0]  # type: ignore[call-overload]
     with pytest.raises(IndexError, match=r"`index` 0 is out of range: the dataset is empty"):

@@ -141,3 +141,24 @@ def test_the_seed_a_transform_derives_is_grains() -> None:
         lambda M: M.mix([M.range(5).seed(1), M.range(5).seed(2).map(lambda x: x)]).random_map(draw),
     ):
         assert build(MapDataset)._seed == build(grain.MapDataset)._rng_pool._seed
+
+
+NEGATIVE: dict[str, Build] = {
+    "range": lambda M: M.range(5),
+    "slice": lambda M: M.range(10)[2:8],
+    "batch": lambda M: M.range(10).batch(3),
+    "repeat-forever": lambda M: M.range(5).repeat(None),
+    "shuffle": lambda M: M.range(20).shuffle(seed=2),
+    "filter": lambda M: M.range(12).filter(lambda x: x % 2 == 1),
+    "mix": lambda M: M.mix([M.range(4), M.range(10, 14)]),
+    "concatenate": lambda M: M.concatenate([M.range(3), M.range(5)]),
+}
+
+
+@pytest.mark.parametrize("name", list(NEGATIVE))
+def test_negative_indices_are_grains(name: str) -> None:
+    """`ds[i]` for i < 0 wraps as Grain's does (each dataset's own `index % len`: a
+    shuffle's -1 is its epoch -1), down to past minus the length."""
+    mine, theirs = NEGATIVE[name](MapDataset), NEGATIVE[name](grain.MapDataset)
+    for index in (-1, -2, -3, -len(theirs) if len(theirs) < 10**6 else -7, -21):
+        assert_same(mine[index], theirs[index], f"[{index}]")

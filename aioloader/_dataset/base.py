@@ -303,17 +303,16 @@ class _WithSeedMapDataset(MapDataset[T]):
 
 
 def check_index(index: Any, length: int) -> int:
-    """`index` as an int of at least 0 for a dataset of `length`, or an error naming it."""
+    """`index` as an int of at least 0 for a dataset of `length`, or an error naming it.
+
+    As in Grain, an index wraps around the length (`index % len`): -1 is the
+    last element, and so is `len - 1 + len`."""
     try:
         value = operator.index(index)
     except TypeError:
         raise TypeError(
             f"`index` must be an int or a slice, got {index!r} of type {type(index).__name__}."
         ) from None
-    if value < 0:
-        raise IndexError(
-            f"`index` must be greater than or equal to 0, got {value}: a MapDataset has no end to count from."
-        )
     if length == 0:
         raise IndexError(f"`index` {value} is out of range: the dataset is empty.")
     return value

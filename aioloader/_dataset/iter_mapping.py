@@ -35,8 +35,8 @@ from aioloader._common.validation import require_int
 from aioloader._dataset.base import require_seed
 from aioloader._dataset.functions import add_note, resolve
 from aioloader._dataset.iter_base import IterDataset
-from aioloader._dataset.mapping import rng_factory
-from aioloader._dataset.stages import Part, Plan, Settings, Stage, as_stage, state_fields
+from aioloader._dataset.mapping import GrainRngs
+from aioloader._dataset.stages import Part, Plan, Settings, Stage, as_stage, check_setup, state_fields
 from aioloader._operations.apply import filter_verdict
 from aioloader._operations.batching import stack
 from aioloader._operations.transforms import Batch, Kind, Prepared
@@ -97,7 +97,12 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
     def __init__(self, parent: IterDataset[Any], transform: Any, seed: int | None) -> None:
         super().__init__(parent, transform)
         self._seed = require_seed(seed, self._default_seed, "random_map")
-        self._new_rng = rng_factory(self._seed)
+        self._new_rng = GrainRngs(self._seed)
+
+    def _may_join(self, part: Part) -> bool:
+        # Grain seeds element n's generator with n counted in order: after a filter, the
+        # record's position is not that count, so the map runs in order (as map_with_index).
+        return part.counts_elements()
 
     def _prepared(self, part: Part) -> Prepared:
         size = getattr(part, "batch_size", None)
@@ -105,7 +110,8 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
         return Prepared(self.kind, self._function, self._name, self._what, new_rng)
 
     def _stage(self, parent: Stage[Any]) -> Stage[Any]:
-        return RandomMapStage(parent, self._function, f"{self._name} ({self._what})", self._new_rng)
+        label = f"{self._name} ({self._what})"
+        return RandomMapStage(parent, self._function, label, self._new_rng, setup=f"seed={self._seed}")
 
 
 class MapWithIndexIterDataset(_ElementwiseIterDataset):
@@ -168,8 +174,9 @@ class _BatchRngs:
     """A random map's generators after a part's batch: batch `b` (first record `f`) draws
     from index `f // batch_size`, which is `b` when nothing was dropped before it."""
 
-    def __init__(self, new_rng: Callable[[int], np.random.Generator], batch_size: int) -> None:
+    def __init__(self, new_rng: GrainRngs, batch_size: int) -> None:
         self._new_rng, self._size = new_rng, batch_size
+        self.seed = new_rng.seed  # named by a state, as the factory's
 
     def __call__(self, first_record: int) -> np.random.Generator:
         return self._new_rng(first_record // self._size)
@@ -272,10 +279,11 @@ class RandomMapStage(_CountingStage):
         label: str,
         new_rng: Callable[[int], Any],
         stage: str = "random_map",
+        setup: str = "",
     ) -> None:
         super().__init__(parent, label)
         self._function, self._new_rng, self._index = function, new_rng, 0
-        self._stage_name = stage
+        self._stage_name, self._setup = stage, setup  # the seed: see `check_setup`
 
     def __next__(self) -> Any:
         element = self._take()
@@ -287,10 +295,12 @@ class RandomMapStage(_CountingStage):
 
     def state_of(self, token: Any) -> dict[str, Any]:
         parent, index = token
-        return {"stage": self._stage_name, "parent": self._parent.state_of(parent), "index": index}
+        state = {"stage": self._stage_name, "parent": self._parent.state_of(parent), "index": index}
+        return {**state, "setup": self._setup} if self._setup else state
 
     def set_state(self, state: dict[str, Any]) -> None:
         parent, index = state_fields(state, self._stage_name, ("parent", "index"))
+        check_setup(state, self._setup)
         self._parent.set_state(parent)
         self._index = require_int("state['index']", index, minimum=0)
 

@@ -17,9 +17,12 @@ was given: exactly the rows that came next.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
+
+import numpy as np
 
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, check_setup, state_fields
@@ -77,16 +80,40 @@ class FirstFitPackIterDataset(_PackIterDataset):
             max_sequences_per_bin=max_sequences_per_bin,
             shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
         )
-        options = (
-            f"length_struct={dict(length_struct)!r}, num_packing_bins={num_packing_bins!r}, seed={seed!r}, "
-            f"shuffle_bins={shuffle_bins!r}, "
-            f"shuffle_bins_group_by_feature={shuffle_bins_group_by_feature!r}, "
-            f"meta_features={list(meta_features)!r}, pack_alignment_struct={pack_alignment_struct!r}, "
-            f"padding_struct={padding_struct!r}, max_sequences_per_bin={max_sequences_per_bin!r}"
+        options = _setup_text(
+            length_struct=length_struct,
+            num_packing_bins=num_packing_bins,
+            seed=seed,
+            shuffle_bins=shuffle_bins,
+            shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
+            meta_features=meta_features,
+            pack_alignment_struct=pack_alignment_struct,
+            padding_struct=padding_struct,
+            max_sequences_per_bin=max_sequences_per_bin,
         )
         super().__init__(
             parent, lambda stage, setup: PackerStage(stage, packer, "pack", PackState, setup), options
         )
+
+
+def _setup_text(**options: Any) -> str:
+    """A packer's arguments as its state records them (see `check_setup`): NumPy scalars
+    as Python's, mappings by sorted key, sequences as lists, for none of these changes
+    the output, so none may refuse a state."""
+    return ", ".join(f"{name}={_normal(value)!r}" for name, value in options.items())
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        items = [(key, _normal(item)) for key, item in value.items()]
+        with contextlib.suppress(TypeError):  # keys of several types: the order given
+            items = sorted(items, key=lambda pair: pair[0])
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        return [_normal(item) for item in value]
+    return value
 
 
 class BestFitPackIterDataset(FirstFitPackIterDataset):
@@ -118,10 +145,13 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
             bos_features=tuple(bos_features),
             bos_token_id=bos_token_id,
         )
-        options = (
-            f"length_struct={dict(length_struct)!r}, meta_features={list(meta_features)!r}, "
-            f"split_full_length_features={split_full_length_features!r}, bos_handling={bos_handling!r}, "
-            f"bos_features={list(bos_features)!r}, bos_token_id={bos_token_id!r}"
+        options = _setup_text(
+            length_struct=length_struct,
+            meta_features=meta_features,
+            split_full_length_features=split_full_length_features,
+            bos_handling=bos_handling,
+            bos_features=bos_features,
+            bos_token_id=bos_token_id,
         )
         super().__init__(
             parent,

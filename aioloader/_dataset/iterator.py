@@ -25,6 +25,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from aioloader._common.turns import TaskTurns
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
 from aioloader._dataset.prefetch import DevicePutIterDataset
@@ -271,6 +272,9 @@ class _Iterator(CheckpointableIterator, Generic[T]):
     def __init__(self, dataset: IterDataset[T]) -> None:
         self._dataset = dataset
         self._holder = _Holder(_Run(dataset, self._asynchronous))
+        # Callers in several threads take turns, and `set_state` lands between two outputs
+        # (reentrant: a transformation may call it inside `next()` of an in-order stage).
+        self._turn = threading.RLock()
         weakref.finalize(self, _Holder.close, self._holder)
 
     def get_state(self) -> dict[str, Any]:
@@ -290,13 +294,14 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         What was read ahead is dropped; a closed or ended iterator is open again. A state
         of another pipeline is a ValueError that names what differs.
         """
-        fresh = _Run(self._dataset, self._asynchronous)
-        try:
-            fresh.set_state(_dataset_state(state))
-        except BaseException:
-            fresh.close()
-            raise
-        old, self._holder.run = self._holder.run, fresh
+        with self._turn:  # after a `next()` running in another thread, never during it
+            fresh = _Run(self._dataset, self._asynchronous)
+            try:
+                fresh.set_state(_dataset_state(state))
+            except BaseException:
+                fresh.close()
+                raise
+            old, self._holder.run = self._holder.run, fresh
         old.close()
 
 
@@ -314,7 +319,8 @@ class DatasetIterator(_Iterator[T]):
         return self
 
     def __next__(self) -> T:
-        item: T = self._holder.run.next()
+        with self._turn:  # the in-order stages (a mix, a packer...) are one caller's at a time
+            item: T = self._holder.run.next()
         return item
 
     def next(self) -> T:
@@ -344,12 +350,26 @@ class AsyncDatasetIterator(_Iterator[T]):
 
     _asynchronous = True
 
+    def __init__(self, dataset: IterDataset[T]) -> None:
+        super().__init__(dataset)
+        self._turns = TaskTurns()
+
     def __aiter__(self) -> AsyncDatasetIterator[T]:
         return self
 
     async def __anext__(self) -> T:
-        item: T = await self._holder.run.anext()
-        return item
+        async with self._turns.lock():  # another task's `__anext__` waits for this one's
+            while True:
+                run = self._holder.run
+                try:
+                    item: T = await run.anext()
+                except StopAsyncIteration:
+                    if self._holder.run is run:
+                        raise
+                    continue  # `set_state` from another task replaced the run meanwhile
+                if self._holder.run is run:
+                    return item
+                # Else the old run's output, taken after `set_state`: the new run's comes next.
 
     async def aclose(self) -> None:
         """Stop every thread this iterator started and let go of what it holds.

@@ -21,7 +21,7 @@ every call, so nothing is shared between threads.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -84,10 +84,13 @@ class RandomMapMapDataset(ElementwiseMapDataset[Any]):
     def __init__(self, parent: MapDataset[Any], transform: Any, seed: int | None) -> None:
         super().__init__(parent, "random_map", transform)
         self._seed = require_seed(seed, self._default_seed, "random_map")
-        self._new_rng = rng_factory(self._seed)
+        self._new_rng = GrainRngs(self._seed)
 
     def _call(self, element: Any, index: int) -> Any:
         return self._function(element, self._new_rng(index))
+
+    def __repr__(self) -> str:  # the seed too: a state's digest of the graph must see it
+        return f"{self._parent!r}.random_map({self._what}, seed={self._seed})"
 
 
 class MapWithIndexMapDataset(ElementwiseMapDataset[Any]):
@@ -112,17 +115,18 @@ class FilterMapDataset(ElementwiseMapDataset[T]):
         return element if filter_verdict(self._function(element), self._label) else None
 
 
-def rng_factory(seed: int) -> Callable[[int], np.random.Generator]:
+class GrainRngs:
     """`new_rng(index)`: Grain's generator for element `index` of a random map seeded `seed`.
 
     Grain seeds one Philox with `seed` (through numpy's SeedSequence) and, for each
     element, sets its counter to `[0, 0, 0, index]`; the same key and counter make the
-    same stream here.
+    same stream here. `seed` is kept: a state names it (see `Operations.describe`).
     """
-    key = np.random.Philox(seed).state["state"]["key"]
 
-    def new_rng(index: int) -> np.random.Generator:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._key = np.random.Philox(seed).state["state"]["key"]
+
+    def __call__(self, index: int) -> np.random.Generator:
         counter = np.array([0, 0, 0, index], dtype=np.uint64)
-        return np.random.Generator(np.random.Philox(counter=counter, key=key))
-
-    return new_rng
+        return np.random.Generator(np.random.Philox(counter=counter, key=self._key))

@@ -159,8 +159,15 @@ def check_setup(state: dict[str, Any], setup: str) -> None:
     both. A state saved before stages wrote theirs is taken as it is."""
     theirs = state.get("setup", setup)
     if theirs != setup:
+        # Long setups (a packer's features) differ far in: show both from a little before.
+        text = str(theirs)
+        pairs = enumerate(zip(text, setup, strict=False))
+        common = next((i for i, (a, b) in pairs if a != b), min(len(text), len(setup)))
+        start = max(0, common - 60)
+        cut = "..." if start else ""
         raise ValueError(
-            f"`state` was made by a stage with {theirs!r:.300}, but this one has {setup!r:.300}."
+            f"`state` was made by a stage with {cut}{text[start:]!r:.300}, "
+            f"but this one has {cut}{setup[start:]!r:.300}."
         )
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
+from aioloader._common.turns import TaskTurns
 from aioloader._iteration.engines import (
     AsyncEngine,
     E,
@@ -433,7 +434,7 @@ class AsyncDataLoaderIterator:
     def __init__(self, spec: LoaderSpec) -> None:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
-        self._turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # see `_turn_lock`
+        self._turns = TaskTurns()
         weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
@@ -446,20 +447,11 @@ class AsyncDataLoaderIterator:
             return await self._advance()
 
     async def _advance(self) -> Any:
-        async with self._turn_lock():  # another task's `__anext__` waits for this one's
+        async with self._turns.lock():  # another task's `__anext__` waits for this one's
             try:
                 return next(self._cursor.current)  # what the task before this one loaded
             except StopIteration:
                 return await self._advance_in_turn()
-
-    def _turn_lock(self) -> asyncio.Lock:
-        """The lock that tasks awaiting `__anext__` at once take in turn (one per loop)."""
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        if self._turn is None or self._turn[0] is not loop:
-            self._turn = loop, asyncio.Lock()
-        return self._turn[1]
 
     async def _advance_in_turn(self) -> Any:
         cursor = self._cursor

@@ -6,8 +6,10 @@ structure of the same shape whose leaves are the stacked leaves. Dicts are
 matched by key, whatever order their keys come in, and the batch's keys are
 sorted, as `jax.tree_util` orders them. Leaves that are `str` or `bytes`
 become a 1-D numpy array of dtype `object` holding the very objects: numpy's
-`U`/`S` arrays would strip trailing NUL characters and bytes. Elements of
-different structure are a ValueError, the type Grain raises.
+`U`/`S` arrays would strip trailing NUL characters and bytes. None is an
+empty subtree, as in `jax.tree_util`: a batch of Nones is None. Elements of
+different structure (None beside a value among them) are a ValueError, the
+type Grain raises.
 `Batch(batch_fn=...)` replaces all this.
 """
 
@@ -30,6 +32,9 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
     first = elements[0]
     if isinstance(first, dict):
         return _stack_dicts(elements, path)
+    if first is None:
+        _check_nones(elements, path)
+        return None
     if isinstance(first, (tuple, list)):
         for i, element in enumerate(elements):
             if type(element) is not type(first) or len(element) != len(first):
@@ -109,7 +114,17 @@ def _stack_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack(arrays)
 
 
+def _check_nones(elements: Sequence[Any], path: str) -> None:
+    """Every element None, or a ValueError naming the first that is not."""
+    for i, element in enumerate(elements):
+        if element is not None:
+            raise ValueError(f"cannot batch: {path} of element {i} is not None, as element 0's is")
+
+
 def _stack_mixed(elements: Sequence[Any], path: str) -> np.ndarray:
+    if any(e is None for e in elements):
+        i = next(i for i, e in enumerate(elements) if e is None)
+        raise ValueError(f"cannot batch: {path} of element {i} is None, and element 0's is not")
     if any(isinstance(e, (str, bytes)) for e in elements):
         exact = np.empty(len(elements), dtype=object)
         for i, element in enumerate(elements):  # one by one: numpy converts nothing

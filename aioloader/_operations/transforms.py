@@ -17,7 +17,7 @@ import abc
 import copy
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
@@ -157,7 +157,7 @@ class Operations(NamedTuple):
     def describe(self) -> list[str]:
         """What identifies the operations, for checkpoint states."""
         batch = [] if self.batch is None else [f"batch({self.batch.batch_size},{self.batch.drop_remainder})"]
-        return [op.kind.value for op in self.before] + batch + [op.kind.value for op in self.after]
+        return [_described(op) for op in self.before] + batch + [_described(op) for op in self.after]
 
     def for_worker(self) -> Operations:
         """A deep copy for one worker thread, naming the operation that cannot be copied.
@@ -195,6 +195,13 @@ class Operations(NamedTuple):
         """Let another engine run these operations (after `claim` returned True)."""
         with _claims:
             _claimed.discard(id(self))
+
+
+def _described(op: Op) -> str:
+    """An operation's kind, and the seed of a Dataset's random map (its generators' own:
+    another seed draws other numbers, so a state must not resume there)."""
+    seed = getattr(op.rng, "seed", None)
+    return op.kind.value if seed is None else f"{op.kind.value}(seed={seed})"
 
 
 # The operations that an engine holds (by id: an engine keeps them alive while it does).
@@ -274,12 +281,14 @@ def own_batch(operation: Any) -> Batch | None:
     return None
 
 
-def compile_operations(operations: Sequence[Any]) -> Operations:
-    """Check the user's `operations` and split them at the `Batch`."""
-    if isinstance(operations, (str, bytes)) or not isinstance(operations, Sequence):
+def compile_operations(operations: Iterable[Any]) -> Operations:
+    """Check the user's `operations` (any iterable, taken as a list, as Grain takes
+    it) and split them at the `Batch`."""
+    if isinstance(operations, (str, bytes, dict)) or not isinstance(operations, Iterable):
         raise TypeError(
             f"`operations` must be a list or tuple of operations, got {type(operations).__name__}."
         )
+    operations = list(operations)
     own = [own_batch(op) for op in operations]
     batches = [i for i, batch in enumerate(own) if batch is not None]
     if len(batches) > 1:
