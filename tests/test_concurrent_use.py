@@ -83,16 +83,21 @@ class Slow(MapTransform):
         return element
 
 
+def batches_and_state_after(count: int) -> tuple[list[list[int]], bytes]:
+    """Every batch of the slow pipeline, and its state after `count` of them."""
+    wanted = [b.tolist() for b in loader(0, [Slow(), Batch(4)])]
+    with iter(loader(0, [Slow(), Batch(4)])) as first:
+        for _ in range(count):
+            next(first)
+        return wanted, first.get_state()
+
+
 @repeated
 @pytest.mark.parametrize("workers", WORKERS)
 def test_set_state_from_another_thread_lands_between_two_outputs(workers: int | str, repeat: int) -> None:
     """The consumer goes on from the state's position (or had ended already, and
     `set_state` says so); before, its loop ended early without an error."""
-    wanted = [b.tolist() for b in loader(0, [Slow(), Batch(4)])]
-    with iter(loader(0, [Slow(), Batch(4)])) as first:
-        for _ in range(10):
-            next(first)
-        state = first.get_state()
+    wanted, state = batches_and_state_after(10)
     got: list[list[int]] = []
     iterator = iter(loader(workers, [Slow(), Batch(4)]))
     consumer = threading.Thread(target=lambda: got.extend(b.tolist() for b in iterator))
@@ -184,11 +189,7 @@ async def test_a_cancelled_anext_loses_nothing(workers: int | str, kind: type[An
 @pytest.mark.asyncio
 async def test_set_state_from_another_task_moves_the_waiting_consumer(workers: int | str) -> None:
     """Before: the consumer's `async for` ended there without an error."""
-    wanted = [b.tolist() for b in loader(0, [Slow(), Batch(4)])]
-    with iter(loader(0, [Slow(), Batch(4)])) as first:
-        for _ in range(10):
-            next(first)
-        state = first.get_state()
+    wanted, state = batches_and_state_after(10)
     got: list[list[int]] = []
     async with aiter(loader(workers, [Slow(), Batch(4)])) as iterator:
         got.append((await anext(iterator)).tolist())

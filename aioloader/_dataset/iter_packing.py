@@ -69,28 +69,17 @@ class FirstFitPackIterDataset(_PackIterDataset):
         padding_struct: Mapping[str, Any] | None = None,
         max_sequences_per_bin: int | None = None,
     ) -> None:
-        packer = self._packer_class(
-            length_struct,
-            num_packing_bins,
-            seed=seed,
-            shuffle_bins=shuffle_bins,
-            meta_features=meta_features,
-            padding_struct=padding_struct,
-            pack_alignment_struct=pack_alignment_struct,
-            max_sequences_per_bin=max_sequences_per_bin,
-            shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
-        )
-        options = _setup_text(
-            length_struct=length_struct,
-            num_packing_bins=num_packing_bins,
-            seed=seed,
-            shuffle_bins=shuffle_bins,
-            shuffle_bins_group_by_feature=shuffle_bins_group_by_feature,
-            meta_features=meta_features,
-            pack_alignment_struct=pack_alignment_struct,
-            padding_struct=padding_struct,
-            max_sequences_per_bin=max_sequences_per_bin,
-        )
+        given: dict[str, Any] = {
+            "seed": seed,
+            "shuffle_bins": shuffle_bins,
+            "shuffle_bins_group_by_feature": shuffle_bins_group_by_feature,
+            "meta_features": meta_features,
+            "pack_alignment_struct": pack_alignment_struct,
+            "padding_struct": padding_struct,
+            "max_sequences_per_bin": max_sequences_per_bin,
+        }
+        packer = self._packer_class(length_struct, num_packing_bins, **given)
+        options = _setup_text(length_struct=length_struct, num_packing_bins=num_packing_bins, **given)
         super().__init__(
             parent, lambda stage, setup: PackerStage(stage, packer, "pack", PackState, setup), options
         )
@@ -137,22 +126,15 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
         bos_features: Sequence[str] = (),
         bos_token_id: int | None = None,
     ) -> None:
-        packer = ConcatThenSplitPacker(
-            length_struct,
-            meta_features=meta_features,
-            split_full_length_features=split_full_length_features,
-            bos_handling=bos_handling,
-            bos_features=tuple(bos_features),
-            bos_token_id=bos_token_id,
-        )
-        options = _setup_text(
-            length_struct=length_struct,
-            meta_features=meta_features,
-            split_full_length_features=split_full_length_features,
-            bos_handling=bos_handling,
-            bos_features=bos_features,
-            bos_token_id=bos_token_id,
-        )
+        given: dict[str, Any] = {
+            "meta_features": meta_features,
+            "split_full_length_features": split_full_length_features,
+            "bos_handling": bos_handling,
+            "bos_features": tuple(bos_features),
+            "bos_token_id": bos_token_id,
+        }
+        packer = ConcatThenSplitPacker(length_struct, **given)
+        options = _setup_text(length_struct=length_struct, **given)
         super().__init__(
             parent,
             lambda stage, setup: PackerStage(stage, packer, "concat_then_split", SplitState, setup),
