@@ -2455,3 +2455,30 @@ def test_a_refused_packer_state_shows_where_the_setups_differ() -> None:
     with iter(pack(4)) as second, pytest.raises(ValueError, match="max_sequences_per_bin=3") as refused:
         second.set_state(state)
     assert "max_sequences_per_bin=4" in str(refused.value)
+
+
+def test_an_in_order_stage_names_its_element_honestly_after_a_resume() -> None:
+    """An in-order map counts the elements it took since it started: after a resume that
+    count is not the element's index, and its note says where it counts from."""
+
+    def boom(x: int) -> int:
+        if x == 31:
+            raise KeyError(x)
+        return x
+
+    def make() -> Any:
+        mixed = al.IterDataset.mix([al.MapDataset.range(20).to_iter_dataset()] * 2)
+        return mixed.map(lambda x: x + 20 * (x % 2)).map(boom)
+
+    with iter(make()) as first, pytest.raises(KeyError) as whole:
+        list(first)
+    assert "failed on the element at index" in notes_of(whole.value)
+    with iter(make()) as second:
+        for _ in range(5):
+            next(second)
+        state = second.get_state()
+    with iter(make()) as third:
+        third.set_state(state)
+        with pytest.raises(KeyError) as resumed:
+            list(third)
+    assert "after the state it resumed at" in notes_of(resumed.value)

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from aioloader._common.calls import stray_stop
+from aioloader._common.failures import note
 from aioloader._common.validation import require_int
 from aioloader._dataset.base import require_seed
 from aioloader._dataset.functions import add_note, resolve
@@ -215,6 +216,7 @@ class _CountingStage(Stage[Any]):
     def __init__(self, parent: Stage[Any], label: str) -> None:
         super().__init__((parent,))
         self._parent, self._label, self._taken = parent, label, 0
+        self._resumed = False  # the count starts where the state was: not an index then
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         """`function(*args)` on the element just taken, its errors named and noted."""
@@ -222,11 +224,18 @@ class _CountingStage(Stage[Any]):
             return function(*args)
         except StopIteration as error:
             wrapped = stray_stop(error, self._label)
-            add_note(wrapped, self._label, self._taken - 1)
+            self._note(wrapped)
             raise wrapped from error
         except Exception as error:
-            add_note(error, self._label, self._taken - 1)
+            self._note(error)
             raise
+
+    def _note(self, error: BaseException) -> None:
+        if not self._resumed:
+            add_note(error, self._label, self._taken - 1)
+            return
+        taken = self._taken - 1
+        note(error, f"aioloader: {self._label} failed on element {taken} after the state it resumed at")
 
     def _take(self) -> Any:
         element = next(self._parent)
@@ -241,6 +250,7 @@ class _CountingStage(Stage[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
+        self._resumed = True
 
 
 class MapStage(_CountingStage):
@@ -302,7 +312,7 @@ class RandomMapStage(_CountingStage):
         parent, index = state_fields(state, self._stage_name, ("parent", "index"))
         check_setup(state, self._setup)
         self._parent.set_state(parent)
-        self._index = require_int("state['index']", index, minimum=0)
+        self._index = self._taken = require_int("state['index']", index, minimum=0)
 
 
 class BatchStage(_CountingStage):
