@@ -17,15 +17,28 @@ if TYPE_CHECKING:
 
 
 class Wakeup:
-    """A consumer's wait under `lock`; every method must be called holding it."""
+    """A consumer's wait under `lock`; every method must be called holding it.
 
-    def __init__(self, lock: threading.Lock) -> None:
+    The lock is reentrant for what it can tell: which thread holds it (see `wait`).
+    """
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
         self._condition = threading.Condition(lock)
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     def wait(self) -> None:
         """Wait in this thread until `wake` (releasing the lock meanwhile)."""
-        self._condition.wait()
+        try:
+            self._condition.wait()
+        except BaseException:
+            # Ctrl-C's KeyboardInterrupt may land inside `Condition.wait` right after it let
+            # go of the lock, before its own `try` takes it back (its Python code, between
+            # two bytecodes): take it back here, so that the caller's `with` lets go of it
+            # once and the interrupt goes on (it was "RuntimeError: release unlocked lock").
+            if not _owned(self._lock):
+                self._lock.acquire()
+            raise
 
     def arm(self) -> asyncio.Future[None]:
         """A future of the running loop that `wake` resolves: await it after releasing the lock."""
@@ -44,6 +57,12 @@ class Wakeup:
             self._waiter = None
             with contextlib.suppress(RuntimeError):  # a closed loop has no consumer left
                 loop.call_soon_threadsafe(_set, waiter)
+
+
+def _owned(lock: threading.RLock) -> bool:
+    """True when the calling thread holds `lock` (an RLock knows its owner)."""
+    owned: bool = getattr(lock, "_is_owned")()  # noqa: B009 (no public name for it)
+    return owned
 
 
 def _set(waiter: asyncio.Future[None]) -> None:

@@ -31,7 +31,7 @@ class Handoff(Generic[T]):
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: deque[T] = deque()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # it knows its owner: see `Wakeup.wait`
         self._not_full = threading.Condition(self._lock)
         self._not_empty = Wakeup(self._lock)
         self._closed = False

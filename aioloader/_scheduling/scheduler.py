@@ -66,7 +66,7 @@ class Scheduler:
         """Work from `position` for `workers` threads, with at most `capacity` records
         (the first stage's window) read and not yet delivered."""
         self.program = program
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # it knows its owner: see `Wakeup.wait`
         self._work_ready = threading.Condition(self._lock)
         self._result_ready = Wakeup(self._lock)
         # Several chunks per worker must fit in the window, or workers starve.
