@@ -303,10 +303,11 @@ class _WithSeedMapDataset(MapDataset[T]):
 
 
 def check_index(index: Any, length: int) -> int:
-    """`index` as an int of at least 0 for a dataset of `length`, or an error naming it.
+    """`index` as an int for a dataset of `length`, or an error naming it.
 
-    As in Grain, an index wraps around the length (`index % len`): -1 is the
-    last element, and so is `len - 1 + len`."""
+    Any int is taken, negative ones too: as in Grain, each dataset wraps it with
+    its own arithmetic (`index % len`, so -1 is the last element; a shuffle's -1
+    falls in its epoch -1)."""
     try:
         value = operator.index(index)
     except TypeError:

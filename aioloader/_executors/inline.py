@@ -191,23 +191,19 @@ class AsyncInline:
             self._awaited = asyncio.ensure_future(coroutine)
         awaited = self._awaited
         assert awaited is not None
+        kept = False  # left for the next `anext()`
         try:
-            result = await asyncio.shield(awaited)
+            return await asyncio.shield(awaited)
         except Interrupt as carried:
-            self._awaited = None
             raise carried.error from None
         except asyncio.CancelledError:
-            if not awaited.cancelled() and not self._closed:
-                raise  # this `anext()`'s task is cancelled: the next one takes up the same await
-            self._awaited = None
-            if not self._closed:
-                raise  # the user's code raised it
+            kept = not awaited.cancelled() and not self._closed
+            if kept or not self._closed:
+                raise  # this `anext()`'s task is cancelled (kept), or the user's code raised it
             return None
-        except BaseException:
-            self._awaited = None
-            raise
-        self._awaited = None
-        return result
+        finally:
+            if not kept:
+                self._awaited = None
 
     def close(self) -> None:
         """Stop: cancel the await in progress, and close the steps. Idempotent."""

@@ -115,16 +115,18 @@ def _stack_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _check_nones(elements: Sequence[Any], path: str) -> None:
-    """Every element None, or a ValueError naming the first that is not."""
+    """None in every element or in none (an empty subtree is structure), else a
+    ValueError naming the first element that differs from element 0."""
+    none = elements[0] is None
     for i, element in enumerate(elements):
-        if element is not None:
-            raise ValueError(f"cannot batch: {path} of element {i} is not None, as element 0's is")
+        if (element is None) is not none:
+            if none:
+                raise ValueError(f"cannot batch: {path} of element {i} is not None, as element 0's is")
+            raise ValueError(f"cannot batch: {path} of element {i} is None, and element 0's is not")
 
 
 def _stack_mixed(elements: Sequence[Any], path: str) -> np.ndarray:
-    if any(e is None for e in elements):
-        i = next(i for i, e in enumerate(elements) if e is None)
-        raise ValueError(f"cannot batch: {path} of element {i} is None, and element 0's is not")
+    _check_nones(elements, path)
     if any(isinstance(e, (str, bytes)) for e in elements):
         exact = np.empty(len(elements), dtype=object)
         for i, element in enumerate(elements):  # one by one: numpy converts nothing
