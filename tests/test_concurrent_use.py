@@ -372,3 +372,74 @@ def test_a_state_of_a_random_map_with_another_seed_is_refused(build: Any) -> Non
     with iter(build(1)) as same:
         same.set_state(state)
         assert list(same) == list(build(1))[1:]
+
+
+class ServesLess:
+    """Claims 100 records and serves 60: the read of record 60 raises IndexError."""
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, key: int) -> int:
+        if key >= 60:
+            raise IndexError(key)
+        return key
+
+
+def stops_at_40(x: int) -> int:
+    if x == 40:
+        raise StopIteration("inside the user's map")
+    time.sleep(0.001)
+    return x
+
+
+async def with_timeouts(iterator: Any, seconds: float) -> tuple[list[Any], BaseException | None]:
+    """Every output, `anext` after `anext` under a timeout that keeps firing, and the
+    error that ended them (None: the end)."""
+    got: list[Any] = []
+    while True:
+        try:
+            got.append(await asyncio.wait_for(anext(iterator), seconds))
+        except TimeoutError:
+            continue
+        except StopAsyncIteration:
+            return got, None
+        except Exception as error:
+            return got, error
+
+
+@repeated
+@pytest.mark.parametrize(
+    ("operations", "kind", "count"), [([], IndexError, 60), ([stops_at_40], RuntimeError, 40)]
+)
+@pytest.mark.asyncio
+async def test_an_error_under_timeouts_is_raised_not_lost(
+    operations: list[Any], kind: type[Exception], count: int, repeat: int
+) -> None:
+    """A timeout that cancelled the close after an error lost the error: the next
+    `anext` answered the end of the data (a source that lies, a map that raises)."""
+    sampler = IndexSampler(100, num_epochs=1)
+    data = DataLoader(data_source=ServesLess(), sampler=sampler, operations=operations, worker_count=2)
+    async with aiter(data) as iterator:
+        got, error = await with_timeouts(iterator, 0.002)
+    assert isinstance(error, kind)
+    assert [int(x) for x in got] == list(range(count))
+
+
+@repeated
+@pytest.mark.asyncio
+async def test_an_error_of_an_in_order_stage_under_timeouts_is_raised_not_lost(repeat: int) -> None:
+    def boom(x: int) -> int:
+        if x == 1040:
+            raise ValueError("bad element")
+        time.sleep(0.0005)
+        return x
+
+    dataset = mixed().map(boom)
+    wanted: list[int] = []
+    with pytest.raises(ValueError, match="bad element"):
+        wanted.extend(dataset)
+    async with aiter(dataset) as iterator:
+        got, error = await with_timeouts(iterator, 0.0003)
+    assert isinstance(error, ValueError)
+    assert got == wanted

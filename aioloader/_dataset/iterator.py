@@ -25,6 +25,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from aioloader._common.cancellation import Unraised, cancelling
 from aioloader._common.turns import TaskTurns
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
@@ -149,6 +150,7 @@ class _Run:
         # A parallel part keeps its own state right when it fails; stages in order do not.
         self.snapshots = self.stage is not None and not isinstance(self.stage, EngineStage)
         self.background: Background | None = None
+        self._unraised = Unraised()  # see `anext`
         self.token: Any = _NOW if self.stage is None or not self.snapshots else self.stage.snapshot()
         self.closed = False
 
@@ -188,11 +190,14 @@ class _Run:
         """The next output, on the consumer's loop; closes the run at the end or on an error."""
         if self.loader is not None:
             return await self.loader.__anext__()  # it closes itself at the end and on an error
+        if self._unraised.error is not None:  # one that closing, cut short, kept
+            await self._unraised.after(self.aclose(), self._unraised.error)
         try:
             found = None if self.closed else await self._background().aget()
-        except BaseException:
-            await self.aclose()
-            raise
+        except BaseException as error:
+            if cancelling(error):
+                raise  # a timeout around `anext`: the stage's thread runs on, nothing is lost
+            await self._unraised.after(self.aclose(), error)
         if found is None:
             await self.aclose()
             raise StopAsyncIteration

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, cast
 
+from aioloader._common.cancellation import Unraised, cancelling
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.turns import TaskTurns
@@ -407,15 +408,6 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
         cursor.ended = True
 
 
-def _cancelling(error: BaseException) -> bool:
-    """True when `error` cancels the running task, not when the pipeline failed with a
-    CancelledError of the user's (an `async def` map's cancelled request)."""
-    import asyncio
-
-    task = asyncio.current_task()
-    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() > 0
-
-
 def _close(engine: SyncEngine | AsyncEngine | None) -> None:
     if engine is not None:
         engine.close()
@@ -435,6 +427,7 @@ class AsyncDataLoaderIterator:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
         self._turns = TaskTurns()
+        self._unraised = Unraised()
         weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
 
     def __aiter__(self) -> AsyncDataLoaderIterator:
@@ -456,10 +449,9 @@ class AsyncDataLoaderIterator:
     async def _advance_in_turn(self) -> Any:
         cursor = self._cursor
         while True:
-            error = cursor.take_failure()
+            error = self._unraised.error or cursor.take_failure()
             if error is not None:
-                await self.aclose()
-                raise error
+                await self._unraised.after(self.aclose(), error)
             self._check_loop()
             engine = cursor.open_engine(self._make_engine)
             if engine is None:
@@ -470,11 +462,11 @@ class AsyncDataLoaderIterator:
             try:
                 found = await engine.anext()
             except BaseException as stopped:
-                if not _cancelling(stopped):
-                    await self.aclose()
-                # Else this task is cancelled (a timeout around `anext`): the engine runs on,
-                # and the next `__anext__` takes what it makes; nothing is lost.
-                raise
+                if cancelling(stopped):
+                    # A timeout around `anext`: the engine runs on, and the next `__anext__`
+                    # takes what it makes; nothing is lost.
+                    raise
+                await self._unraised.after(self.aclose(), stopped)
             if cursor.restarts != restarts:
                 continue  # `set_state` from another task meanwhile: its engine, not this one
             cursor.waited(started)
@@ -531,6 +523,7 @@ class AsyncDataLoaderIterator:
         ran are joined on a closer thread, not on the loop.
         """
         stop_elsewhere(self._cursor.set_state(state))
+        self._unraised.error = None  # a restart: an error the old run could not raise is its own
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
