@@ -100,3 +100,25 @@ def test_bad_arguments_and_keys_are_named(files: tuple[list[Path], list[bytes]])
         source[-1]
     assert repr(source).startswith("FilesDataSource([")
     assert "37 more" in repr(source)
+
+
+@pytest.mark.parametrize("url", ["s3://bucket", "s3://bucket/"])
+def test_a_url_with_no_key_is_refused_when_the_source_is_made(
+    files: tuple[list[Path], list[bytes]], url: str
+) -> None:
+    # Not at the first read of it, thousands of steps into a run.
+    with pytest.raises(
+        ValueError, match=re.escape(f"`paths[1]` must be an s3://bucket/key URL, got {url!r}")
+    ):
+        FilesDataSource([files[0][0], url], storage_options={"anon": True})
+
+
+@pytest.mark.parametrize("key", [1.0, "2", True, None])
+def test_keys_that_are_not_integers_are_type_errors(
+    files: tuple[list[Path], list[bytes]], key: object
+) -> None:
+    source = FilesDataSource(files[0])
+    with pytest.raises(TypeError, match="`key` must be an integer"):
+        source[key]  # type: ignore[index]
+    with pytest.raises(TypeError, match="`key` must be an integer"):
+        asyncio.run(source.aget(key))  # type: ignore[arg-type]

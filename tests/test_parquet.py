@@ -28,7 +28,7 @@ SCHEMA = pa.schema(
         ("blob", pa.binary()),
         ("tokens", pa.list_(pa.int32())),
         ("weights", pa.large_list(pa.float64())),
-        ("maybe", pa.int16()),  # has nulls: comes back as Python ints and None
+        ("maybe", pa.int16()),  # has nulls: numpy scalars and None
     ]
 )
 
@@ -44,7 +44,7 @@ def make_rows(start: int, count: int) -> list[dict[str, Any]]:
             "blob": bytes([i % 256]) * (i % 5),
             "tokens": np.arange(i % 6, dtype=np.int32) + i,
             "weights": np.full(i % 3, i / 2, dtype=np.float64),
-            "maybe": None if i % 4 == 0 else i % 1000,
+            "maybe": None if i % 4 == 0 else np.int16(i % 1000),
         }
         for i in range(start, start + count)
     ]
@@ -191,6 +191,68 @@ def test_keys_outside_the_source_are_index_errors(files: tuple[list[Path], list[
         source.__getitems__([-1])
     assert "columns" not in repr(source)
     assert "a.parquet" in repr(source)
+
+
+@pytest.mark.parametrize("key", [1.6, np.float64(2.0), "3", True, np.bool_(True), None])
+def test_keys_that_are_not_integers_are_type_errors_one_by_one_and_in_chunks(
+    files: tuple[list[Path], list[dict[str, Any]]], key: Any
+) -> None:
+    # A float key once read row int(key) from a chunk without a word (a foreign sampler's
+    # np.floor(...) is a float): both paths refuse it as `source[key]` always did.
+    source = ParquetDataSource(files[0])
+    with pytest.raises(TypeError, match="`key` must be an integer"):
+        source[key]
+    with pytest.raises(TypeError, match="`key` must be an integer"):
+        source.__getitems__([key])
+    assert_same_outputs(source.__getitems__([np.uint8(3), np.int32(4)]), source.__getitems__([3, 4]))
+
+
+def test_a_value_s_kind_does_not_depend_on_nulls_in_its_row_group(tmp_path: Path) -> None:
+    """Row groups with and without nulls give the same kinds: numpy scalars (or arrays for
+    lists of numbers) for values, None for nulls; a list holding a null is a Python list."""
+    table = pa.table(
+        {
+            "x": pa.array([1, 2, 3, None, 5, 6], pa.int32()),
+            "y": pa.array([0.5, 1.5, None, 2.5, 3.5, 4.5], pa.float32()),
+            "b": pa.array([True, None, False, True, False, True], pa.bool_()),
+            "z": pa.array([[1], [2, 3], None, [4, None], [5], []], pa.list_(pa.int16())),
+        }
+    )
+    pq.write_table(table, tmp_path / "n.parquet", row_group_size=3)  # nulls in both groups
+    pq.write_table(table.slice(4), tmp_path / "clean.parquet", row_group_size=3)  # none at all
+    rows = ParquetDataSource([tmp_path / "n.parquet", tmp_path / "clean.parquet"]).__getitems__(
+        list(range(8))
+    )
+    assert [r["x"] for r in rows] == [1, 2, 3, None, 5, 6, 5, 6]
+    assert {type(r["x"]) for r in rows} == {np.int32, type(None)}
+    assert {type(r["y"]) for r in rows} == {np.float32, type(None)}
+    assert [r["b"] for r in rows][:3] == [True, None, False]
+    assert type(rows[0]["b"]) is np.bool_
+    assert (rows[2]["z"], rows[3]["z"]) == (None, [4, None])
+    assert [(type(rows[i]["z"]), rows[i]["z"].dtype) for i in (0, 1, 4, 5, 6, 7)] == [
+        (np.ndarray, np.int16)
+    ] * 6
+    assert (rows[1]["z"].tolist(), rows[7]["z"].tolist()) == ([2, 3], [])
+
+
+def test_files_of_different_schemas_are_an_error_naming_the_file_and_column(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"x": pa.array([1], pa.int32()), "y": [0.5]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": pa.array([2], pa.int64()), "y": [1.5]}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"x": pa.array([3], pa.int32())}), tmp_path / "c.parquet")
+    pq.write_table(
+        pa.table({"x": pa.array([], pa.int32()), "y": pa.array([], pa.float64())}), tmp_path / "e.parquet"
+    )
+    with pytest.raises(
+        ValueError, match=r"b\.parquet` does not .* column 'x' is int64 there, int32 in `.*a\.parquet`"
+    ):
+        ParquetDataSource([tmp_path / "a.parquet", tmp_path / "b.parquet"])
+    with pytest.raises(ValueError, match=r"c\.parquet` does not .* its columns are \['x'\]"):
+        ParquetDataSource([tmp_path / "a.parquet", tmp_path / "c.parquet"])
+    # Only the columns read count; an empty file of the same schema is fine.
+    assert len(ParquetDataSource([tmp_path / "a.parquet", tmp_path / "c.parquet"], columns=["x"])) == 2
+    assert (
+        len(ParquetDataSource([tmp_path / "a.parquet", tmp_path / "e.parquet", tmp_path / "a.parquet"])) == 2
+    )
 
 
 def written_with_checksums(path: Path, compression: str) -> tuple[bytes, list[dict[str, Any]]]:

@@ -269,6 +269,24 @@ def test_an_object_that_shrank_since_it_was_opened_fails_at_once(s3: S3Place, cl
         store.close()
 
 
+@pytest.mark.parametrize("span", [(0, 8), (1000, 9000)])
+def test_an_object_deleted_since_it_was_opened_fails_at_once_as_not_found(
+    s3: S3Place, client: str, span: tuple[int, int]
+) -> None:
+    # pyarrow calls a small range of a deleted object INTERNAL_FAILURE (the 404's error
+    # document does not fit its buffer), once retried five times as the server failing.
+    store = open_store(s3, client, retries=3)
+    try:
+        url = parse(s3.put("gone.bin", DATA))
+        store.size(url)
+        s3.delete("gone.bin")
+        with pytest.raises(FileNotFoundError, match=re.escape(f"`{url}` does not exist")):
+            store.fetch([(url, *span)])
+        assert store.statistics().retries == 0
+    finally:
+        store.close()
+
+
 # Transient failures, through the fault proxy
 
 

@@ -3,8 +3,8 @@
 Values: numpy scalars for numeric and boolean columns, numpy arrays for lists of
 numbers (a fresh array per read, so a transform may write to it), `str` and
 `bytes` as they are, anything else as pyarrow's `as_py()` gives it, and None for
-nulls. How a column is read is decided once per table, from its type and whether it
-has nulls, so the kind of a value never depends on which other rows are read with it.
+nulls. How a column is read is decided from its type alone, so the kind of a value
+never depends on which other rows are read with it, nor on its row group's nulls.
 """
 
 from __future__ import annotations
@@ -40,20 +40,56 @@ class ArrowRows:
 
 
 def _column(array: Any) -> tuple[_Take, int]:
-    """How to take values from one column, and the bytes that takes beyond Arrow's buffers."""
+    """How to take values from one column, and the bytes that takes beyond Arrow's buffers.
+
+    The way is chosen by the column's type alone, never by whether this table
+    (a row group) has nulls: a null is None, and every other value of a column
+    of numbers is a numpy scalar whichever row group it comes from."""
     import pyarrow as pa
 
     kind = array.type
-    if array.null_count == 0 and _is_number(pa, kind):
-        values = array.to_numpy(zero_copy_only=False)
-        return (lambda at: list(values[at])), _owned(values)
+    if _is_number(pa, kind):
+        return _numbers(pa, array)
     is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
-    if is_list and array.null_count == 0 and _is_number(pa, kind.value_type) and array.values.null_count == 0:
-        flat, bounds = array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy()
-        extra = _owned(flat) + _owned(bounds)
-        return (lambda at: [flat[bounds[j] : bounds[j + 1]].copy() for j in at]), extra
+    if is_list and _is_number(pa, kind.value_type):
+        return _lists_of_numbers(pa, array)
     # Element by element: `Array.take` costs over 100 us a call, more than a row's worth of `as_py`.
     return (lambda at: [array[j].as_py() for j in at]), 0
+
+
+def _numbers(pa: Any, array: Any) -> tuple[_Take, int]:
+    values = _filled(pa, array).to_numpy(zero_copy_only=False)
+    if array.null_count == 0:
+        return (lambda at: list(values[at])), _owned(values)
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+
+    def take(at: list[int]) -> list[Any]:
+        return [v if ok else None for v, ok in zip(list(values[at]), valid[at].tolist(), strict=True)]
+
+    return take, _owned(values) + valid.nbytes
+
+
+def _lists_of_numbers(pa: Any, array: Any) -> tuple[_Take, int]:
+    """A numpy array per list; None for a null list; a list holding a null (which no
+    array of numbers can hold) as `as_py()` gives it, a Python list with None in it."""
+    flat, bounds = _filled(pa, array.values).to_numpy(zero_copy_only=False), array.offsets.to_numpy()
+    extra = _owned(flat) + _owned(bounds)
+    if array.null_count == 0 and array.values.null_count == 0:
+        return (lambda at: [flat[bounds[j] : bounds[j + 1]].copy() for j in at]), extra
+    missing = np.concatenate(([0], np.cumsum(~array.values.is_valid().to_numpy(zero_copy_only=False))))
+    whole = array.is_valid().to_numpy(zero_copy_only=False) & (missing[bounds[1:]] == missing[bounds[:-1]])
+
+    def take(at: list[int]) -> list[Any]:
+        return [flat[bounds[j] : bounds[j + 1]].copy() if whole[j] else array[j].as_py() for j in at]
+
+    return take, extra + missing.nbytes + whole.nbytes
+
+
+def _filled(pa: Any, array: Any) -> Any:
+    """`array` with its nulls (if any) as zeros, so that it converts to numbers."""
+    if array.null_count == 0:
+        return array
+    return array.fill_null(pa.scalar(False if pa.types.is_boolean(array.type) else 0, type=array.type))
 
 
 def _is_number(pa: Any, kind: Any) -> bool:

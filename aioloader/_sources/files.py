@@ -38,24 +38,30 @@ class FilesDataSource(StoreOwner):
 
     def __init__(self, paths: Any, *, storage_options: dict[str, Any] | None = None) -> None:
         self.paths, self._store = open_store(require_paths(paths, must_exist=False), storage_options)
+        # URLs are parsed now (strings only, no request), so that `s3://bucket` fails here, named.
+        self._urls = [
+            parse(path, f"paths[{i}]") if is_url(path) else None for i, path in enumerate(self.paths)
+        ]
 
     def __len__(self) -> int:
         return len(self.paths)
 
     async def aget(self, key: int) -> bytes:
         """The bytes of file `paths[key]`, read without blocking the event loop."""
-        path = self.paths[require_key(key, len(self.paths))]
-        if self._store is not None and is_url(path):
-            return await self._store.aread(parse(path))
-        async with aiofiles.open(path, "rb") as file:
+        key = require_key(key, len(self.paths))
+        url = self._urls[key]
+        if self._store is not None and url is not None:
+            return await self._store.aread(url)
+        async with aiofiles.open(self.paths[key], "rb") as file:
             return await file.read()  # type: ignore[no-any-return]
 
     def __getitem__(self, key: int) -> bytes:
         """The bytes of file `paths[key]`, read in this thread."""
-        path = self.paths[require_key(key, len(self.paths))]
-        if self._store is not None and is_url(path):
-            return self._store.read(parse(path))
-        with open(path, "rb") as file:
+        key = require_key(key, len(self.paths))
+        url = self._urls[key]
+        if self._store is not None and url is not None:
+            return self._store.read(url)
+        with open(self.paths[key], "rb") as file:
             return file.read()
 
     def __repr__(self) -> str:

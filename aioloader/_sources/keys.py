@@ -46,11 +46,16 @@ class KeyIndex:
         return block, index - int(self.starts[block])
 
     def locate_many(self, keys: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Blocks and offsets of `keys`, as two int64 arrays."""
-        array = np.asarray(keys, dtype=np.int64).reshape(-1)
-        if len(array) and (array.min() < 0 or array.max() >= self.total):
+        """Blocks and offsets of `keys`, as two int64 arrays (checked as `locate` checks one key)."""
+        array = np.asarray(keys).reshape(-1)
+        if array.dtype.kind not in "iu":
+            # Not `astype(int64)`: it would truncate 1.6 to record 1 and parse "3" as record 3,
+            # reading the wrong records without a word. Each key as `locate` takes it instead.
+            array = np.array([require_key(key, self.total) for key in array.tolist()], dtype=np.int64)
+        elif len(array) and (array.min() < 0 or array.max() >= self.total):
             bad = array[(array < 0) | (array >= self.total)][0]
             raise IndexError(f"`keys` must be in [0, {self.total}), got {int(bad)}.")
+        array = array.astype(np.int64, copy=False)
         if self._stride:
             return array // self._stride, array % self._stride
         blocks = np.searchsorted(self.starts, array, side="right") - 1
@@ -64,8 +69,14 @@ def distinct(blocks: np.ndarray) -> list[int]:
 
 
 def require_key(key: Any, total: int) -> int:
-    """`key` as an int in `[0, total)`, else IndexError (TypeError if it is not an integer)."""
-    index = operator.index(key)
+    """`key` as an int in `[0, total)`, else IndexError (TypeError if it is not an integer;
+    a bool is not one here, though `operator.index` takes it: `True` is no record key)."""
+    if isinstance(key, (bool, np.bool_)):
+        raise TypeError(f"`key` must be an integer, got the bool {key!r}.")
+    try:
+        index = operator.index(key)
+    except TypeError:
+        raise TypeError(f"`key` must be an integer, got {key!r} of type {type(key).__name__}.") from None
     if not 0 <= index < total:
         raise IndexError(f"`key` must be in [0, {total}), got {index}.")
     return index

@@ -91,6 +91,7 @@ class ParquetDataSource(StoreOwner):
             self.close()
             raise
         self._metadata = [metadata for metadata, _ in opened]
+        _require_one_schema(self.paths, self._metadata, self.columns)
         self._chunk_spans = [spans for _, spans in opened]
         self._row_groups = [
             (f, g) for f, meta in enumerate(self._metadata) for g in range(meta.num_row_groups)
@@ -207,6 +208,34 @@ class ParquetDataSource(StoreOwner):
         return _join_touching(
             [(start, end) for name, start, end in chunks if self.columns is None or name in self.columns]
         )
+
+
+def _require_one_schema(
+    paths: Sequence[str], metadata: Sequence[Any], columns: tuple[str, ...] | None
+) -> None:
+    """ValueError unless every file has the first one's columns (those read), in its order and of
+    its types: rows whose keys or value kinds change from file to file would reach the
+    transforms without a word (an int32 column turned string, a column gone)."""
+    first = _read_columns(metadata[0], columns)
+    for path, meta in zip(paths[1:], metadata[1:], strict=True):
+        theirs = _read_columns(meta, columns)
+        if theirs == first:
+            continue
+        names = dict(theirs)
+        differs = next(
+            (
+                f"column {name!r} is {names[name]} there, {kind} in `{paths[0]}`"
+                for name, kind in first
+                if name in names and names[name] != kind
+            ),
+            f"its columns are {[n for n, _ in theirs]}, those of `{paths[0]}` {[n for n, _ in first]}",
+        )
+        raise ValueError(f"`{path}` does not have the schema of the source's first file: {differs}.")
+
+
+def _read_columns(metadata: Any, columns: tuple[str, ...] | None) -> list[tuple[str, Any]]:
+    schema = metadata.schema.to_arrow_schema()
+    return [(name, schema.field(name).type) for name in (schema.names if columns is None else columns)]
 
 
 def _join_touching(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -83,6 +83,9 @@ class S3Place:
             stream.write(data)
         return self.url(name)
 
+    def delete(self, name: str) -> None:
+        uploader(self.server).delete_file(f"{BUCKET}/{self.prefix}/{name}")
+
     def upload(self, path: Path, name: str | None = None) -> str:
         return self.put(name or path.name, path.read_bytes())
 

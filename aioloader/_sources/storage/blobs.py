@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import weakref
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -36,12 +37,21 @@ class Blob(Protocol):
 
 
 class LocalBlob:
-    """A local file, read with `os.pread` on one descriptor (closed by `close()` or when collected)."""
+    """A local file, read with `os.pread` on one descriptor (closed by `close()` or when collected).
+
+    A `close()` while reads are in flight closes the descriptor after the last
+    of them: closed at once, its number could be reused by the next `open`
+    before a read that had checked it began, and that read would return
+    another file's bytes.
+    """
 
     def __init__(self, path: str) -> None:
         self.name = path
         self._fd = os.open(path, os.O_RDONLY)
         self._closer = weakref.finalize(self, os.close, self._fd)
+        self._lock = threading.Lock()  # `_closed` and `_reading`: two short holds per read
+        self._closed = False
+        self._reading = 0
         try:
             self.size = os.fstat(self._fd).st_size
         except BaseException:
@@ -50,17 +60,29 @@ class LocalBlob:
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._closed
 
     def read(self, offset: int, size: int) -> bytes:
-        if self._fd < 0:
-            raise ValueError(f"`{self.name}` was closed.")
-        return os.pread(self._fd, size, offset)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"`{self.name}` was closed.")
+            self._reading += 1
+        try:
+            return os.pread(self._fd, size, offset)
+        finally:
+            with self._lock:
+                self._reading -= 1
+                last = self._closed and not self._reading
+            if last:
+                self._closer()
 
     def close(self) -> None:
-        """Close the file (idempotent); reading afterwards raises ValueError."""
-        self._fd = -1
-        self._closer()
+        """Close the file (idempotent; after the reads in flight); reading afterwards raises ValueError."""
+        with self._lock:
+            self._closed = True
+            idle = not self._reading
+        if idle:
+            self._closer()
 
 
 class RemoteBlob:

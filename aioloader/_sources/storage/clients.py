@@ -152,6 +152,7 @@ class PyarrowClient:
             retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1),
         )
         self._selector = fs.FileSelector
+        self._not_found = fs.FileType.NotFound
         self._files: dict[ObjectUrl, Any] = {}
         self._lock = threading.Lock()
 
@@ -173,9 +174,12 @@ class PyarrowClient:
         except OSError as error:
             # pyarrow writes a ranged GET's answer into a buffer the size of the range: an error
             # document that does not fit (403 on a small range) is reported as INTERNAL_FAILURE.
-            # A HEAD request says what it was.
+            # A HEAD request says what it was: it raises for a 403, and answers NotFound for an
+            # object deleted since it was opened (which pyarrow's ranged GET calls a failure).
             if "Failed to flush response stream" in str(error):
-                self._fs.get_file_info(f"{url.bucket}/{url.key}")
+                path = f"{url.bucket}/{url.key}"
+                if self._fs.get_file_info(path).type == self._not_found:
+                    raise FileNotFoundError(f"{path}: no such object (HEAD after: {error})") from error
             raise
 
     def read(self, url: ObjectUrl) -> bytes:

@@ -43,7 +43,9 @@ _DENIED_WORDS = re.compile(
     r"ACCESS_DENIED|AccessDenied|INVALID_ACCESS_KEY|InvalidAccessKeyId|SIGNATURE_DOES_NOT_MATCH|"
     r"SignatureDoesNotMatch|403 Forbidden|response code: 403|UNAUTHENTICATED|ExpiredToken"
 )
-_NOT_FOUND_WORDS = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|NO_SUCH_KEY|NoSuchKey|404 Not Found")
+_NOT_FOUND_WORDS = re.compile(
+    r"NO_SUCH_BUCKET|NoSuchBucket|NO_SUCH_KEY|NoSuchKey|RESOURCE_NOT_FOUND|404 Not Found"
+)
 
 
 def classify_message(error: BaseException) -> Kind:
