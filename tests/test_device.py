@@ -138,6 +138,31 @@ def test_transfers_run_buffer_size_ahead_and_no_further(buffer_size: int, repeat
     assert worst <= buffer_size + 1
 
 
+@pytest.mark.parametrize("buffer_size", [1, 3])
+def test_inline_transfers_stay_within_buffer_size_too(buffer_size: int) -> None:
+    # worker_count=0 transfers in the consumer's thread: once a whole chunk (here 100 batches)
+    # at its first batch, so the device held a chunk's worth whatever the bound.
+    CountingDevicePut.transfers = 0
+    loader = host_and_device(0, CountingDevicePut(buffer_size=buffer_size), batch=2, n=200)
+    ahead = []
+    with iter(loader) as iterator:
+        for taken, _ in enumerate(iterator, start=1):
+            ahead.append(CountingDevicePut.transfers - taken)
+    assert len(ahead) == 100
+    assert max(ahead) == buffer_size - 1  # this one taken, the rest of its group on the device
+
+
+@pytest.mark.asyncio
+async def test_inline_transfers_stay_within_buffer_size_with_async_for() -> None:
+    CountingDevicePut.transfers = 0
+    ahead = []
+    taken = 0
+    async for _ in host_and_device(0, CountingDevicePut(buffer_size=2), batch=2, n=200):
+        taken += 1
+        ahead.append(CountingDevicePut.transfers - taken)
+    assert (len(ahead), max(ahead)) == (100, 1)
+
+
 @pytest.mark.asyncio
 async def test_transfers_run_on_the_device_thread_not_the_loop() -> None:
     CountingDevicePut.threads = set()
@@ -155,6 +180,26 @@ def test_resume_with_device_put() -> None:
         second.set_state(state)
         tail = [to_host(b) for b in second]
     assert_same_outputs(head + tail, wanted)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_consumer_s_jax_settings_hold_on_the_device_thread(workers: int) -> None:
+    # `jax.enable_x64` and `jax.default_device` hold for the thread that enters them: the
+    # device thread once transferred with JAX's global settings (int64 batches narrowed or
+    # refused, batches on device 0) where worker_count=0 followed the consumer's.
+    n, device = 16, jax.devices()[3]
+    loader = DataLoader(
+        data_source=RangeDataSource(2**40, 2**40 + n),
+        sampler=IndexSampler(n, shuffle=False, num_epochs=1),
+        operations=[Batch(4)],
+        worker_count=workers,
+        device_put=DevicePut(),
+    )
+    with jax.enable_x64(True), jax.default_device(device):
+        batches = list(loader)
+    assert [(b.dtype, int(b[0]), b.devices()) for b in batches] == [
+        (np.int64, 2**40 + i, {device}) for i in range(0, n, 4)
+    ]
 
 
 def test_bad_device_put_arguments() -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dis
+import itertools
 import json
+import sys
+from collections.abc import Iterator
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -348,3 +354,94 @@ def test_a_version_1_state_of_an_unshuffled_sampler_restores(workers: int) -> No
     with iter(loader()) as resumed:
         resumed.set_state(old)
         assert_same_outputs(list(resumed), wanted[5:])
+
+
+# A KeyboardInterrupt lands where Python checks for signals: just after a call returns. In
+# `next()` that may be after the output was taken from the current outputs and before it
+# was returned; the output must then come again, or a resume from `get_state()` loses it.
+
+
+def signal_points(code: CodeType) -> list[int]:
+    """The offsets in `code` where a pending signal is raised: those just after a call."""
+    instructions = list(dis.get_instructions(code))
+    return sorted(
+        {after.offset for call, after in itertools.pairwise(instructions) if call.opname.startswith("CALL")}
+    )
+
+
+@contextlib.contextmanager
+def interrupt_at(code: CodeType, offset: int) -> Iterator[list[int]]:
+    """Raise KeyboardInterrupt once, when `code` runs the instruction at `offset`
+    (sys.monitoring from 3.12; an opcode tracer before it). Yields a list that counts it."""
+    fired: list[int] = []
+
+    def fire() -> None:
+        fired.append(offset)
+        raise KeyboardInterrupt
+
+    if sys.version_info >= (3, 12):
+        monitoring, tool = sys.monitoring, 4  # the first id free for tools (0-3: debuggers, profilers...)
+        monitoring.use_tool_id(tool, "aioloader-tests")
+
+        def instruction(where: CodeType, at: int) -> None:
+            if where is code and at == offset and not fired:
+                fire()
+
+        monitoring.register_callback(tool, monitoring.events.INSTRUCTION, instruction)
+        monitoring.set_local_events(tool, code, monitoring.events.INSTRUCTION)
+        try:
+            yield fired
+        finally:
+            monitoring.set_local_events(tool, code, 0)
+            monitoring.register_callback(tool, monitoring.events.INSTRUCTION, None)
+            monitoring.free_tool_id(tool)
+        return
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode" and frame.f_lasti == offset and not fired:
+            fire()
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and frame.f_code is code:
+            frame.f_trace_opcodes = True
+            return local
+        return None
+
+    sys.settrace(tracer)
+    try:
+        yield fired
+    finally:
+        sys.settrace(None)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_keyboard_interrupt_anywhere_in_next_loses_no_output(workers: int) -> None:
+    def loader(workers: int) -> DataLoader:
+        return DataLoader(
+            data_source=RangeDataSource(0, 40),
+            sampler=IndexSampler(40, shuffle=True, seed=5, num_epochs=1),
+            operations=[Batch(4)],
+            worker_count=workers,
+        )
+
+    wanted = list(loader(0))
+    code = DataLoaderIterator.__next__.__code__
+    interrupted = 0
+    for offset in signal_points(code):
+        iterator = iter(loader(workers))
+        got = take(iterator, 3)
+        with interrupt_at(code, offset) as fired, contextlib.suppress(KeyboardInterrupt):
+            got.append(next(iterator))
+        interrupted += len(fired)
+        got += list(iterator)  # the same iterator goes on after the interrupt ...
+        assert_same_outputs(got, wanted)
+        with iter(loader(workers + 1)) as resumed:  # ... and a state taken then resumes exactly
+            cut = iter(loader(workers))
+            head = take(cut, 3)
+            with interrupt_at(code, offset), contextlib.suppress(KeyboardInterrupt):
+                head.append(next(cut))
+            resumed.set_state(cut.get_state())
+            cut.close()
+            assert_same_outputs(head + list(resumed), wanted)
+    assert interrupted >= 3  # after the lock, after the take, after letting go of the lock

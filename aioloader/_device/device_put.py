@@ -7,7 +7,7 @@ a sharding, it builds the global array from this process's part), and keeps up t
 `buffer_size` transferred batches waiting for the consumer; the consumer's
 step and the next transfers therefore overlap, and the event loop never
 waits on a transfer. With `worker_count=0` the transfer happens in the
-caller's thread when the batch is asked for.
+caller's thread when the batch is asked for (`buffer_size` batches at a time).
 
 JAX is imported here, when a loader with `device_put` starts, and nowhere
 else in the loader.
@@ -15,11 +15,13 @@ else in the loader.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -247,6 +249,67 @@ def transfer_outputs(outputs: Outputs, device_put: DevicePut) -> Outputs:
     return Outputs(items, outputs.after, outputs.failure)
 
 
+class InlineTransfers:
+    """`worker_count=0`'s device stage: an `Outputs`' batches go to the device `buffer_size`
+    at a time, in the consumer's thread as it asks, so that the device holds no more
+    of them than a device thread would let it (a chunk may hold thousands of batches)."""
+
+    def __init__(self, device_put: DevicePut) -> None:
+        self._device_put = device_put
+        self._pending: Outputs | None = None  # host batches not all transferred yet ...
+        self._done = 0  # ... of which these were
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def take(self, outputs: Outputs | None = None) -> Outputs:
+        """The next group of the pending outputs (of `outputs`, now pending, if given), on the
+        device; the failure, if any, comes with the last group, or a transfer's instead."""
+        if outputs is not None:
+            self._pending, self._done = outputs, 0
+        pending = self._pending
+        assert pending is not None
+        start = self._done
+        stop = self._done = min(start + self._device_put.buffer_size, len(pending.items))
+        last = stop == len(pending.items)
+        group = Outputs(
+            pending.items[start:stop], pending.after[start:stop], pending.failure if last else None
+        )
+        moved = transfer_outputs(group, self._device_put)
+        if last or moved.failure is not None:
+            self._pending = None
+        return moved
+
+
+@dataclass(frozen=True)
+class JaxSettings:
+    """The JAX settings that decide how and where a batch lands, as one thread sees them.
+
+    `jax.enable_x64(...)` and `jax.default_device(...)` set them for the thread
+    that enters them: the device thread must transfer with the consumer's, or a
+    batch's dtype and device would depend on `worker_count` (at 0 the consumer's
+    thread transfers)."""
+
+    x64: bool
+    default_device: Any
+
+    @classmethod
+    def of_this_thread(cls) -> JaxSettings:
+        import jax
+
+        # `read` refuses the flags that have a context manager, and the stubs lack the attributes
+        config: Any = jax.config
+        return cls(bool(config.jax_enable_x64), config.jax_default_device)
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        import jax
+
+        with jax.enable_x64(self.x64), jax.default_device(self.default_device):
+            yield
+
+
 class ThreadedOutputs(Protocol):
     """What the device thread needs of the engine it wraps (the threaded engine)."""
 
@@ -270,6 +333,7 @@ class DeviceEngine:
 
     def __init__(self, inner: ThreadedOutputs, device_put: DevicePut) -> None:
         self._inner, self._device_put = inner, device_put
+        self._settings = JaxSettings.of_this_thread()  # the consumer's: the engine starts at its `next()`
         self._handoff: Handoff[Outputs | BaseException] = Handoff(device_put.buffer_size)
         self._meter = Meter("device")  # the device thread's own counters
         self._thread = threading.Thread(
@@ -279,20 +343,24 @@ class DeviceEngine:
 
     def _run(self) -> None:
         try:
-            while (found := self._next_counted()) is not None:
-                outputs, weight = found
-                del found
-                if not self._transfer(outputs):
-                    return
-                self._inner.release(weight)  # the host copies may go: the device holds the batches
-                if outputs.failure is not None:
-                    self._handoff.put(Outputs([], [], outputs.failure))
-                    return
-                del outputs
+            with self._settings.entered():
+                self._transfer_all()
         except BaseException as error:
             self._handoff.put(error)
         finally:
             self._handoff.close()
+
+    def _transfer_all(self) -> None:
+        while (found := self._next_counted()) is not None:
+            outputs, weight = found
+            del found
+            if not self._transfer(outputs):
+                return
+            self._inner.release(weight)  # the host copies may go: the device holds the batches
+            if outputs.failure is not None:
+                self._handoff.put(Outputs([], [], outputs.failure))
+                return
+            del outputs
 
     def _transfer(self, outputs: Outputs) -> bool:
         """Transfer the batches of `outputs` and hand them over one by one; False once the

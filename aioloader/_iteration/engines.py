@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
-from aioloader._device.device_put import DeviceEngine, transfer_outputs
+from aioloader._device.device_put import DeviceEngine, InlineTransfers
 from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.inline import AsyncInline, InlineAwaits, Steps, inline_steps, run_inline
 from aioloader._executors.threads import (
@@ -245,7 +245,7 @@ class InlineEngine:
         steps, self._early = _inline(program, spec, position, prefetch)
         self._awaits = InlineAwaits()
         self._outputs = run_inline(steps, self._awaits)
-        self._device_put = spec.device_put
+        self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
         self._lock = threading.Lock()
         self._running = self._closed = False
 
@@ -253,10 +253,16 @@ class InlineEngine:
         return _observation(self._program, [], 0, 0)
 
     def next(self) -> tuple[Outputs, int] | None:
+        transfers = self._transfers
         with self._lock:
             if self._closed:
                 return None
-            self._running = True
+            rest = transfers is not None and transfers.pending  # a chunk's batches not yet on the device
+            if not rest:
+                self._running = True
+        if rest:
+            assert transfers is not None
+            return transfers.take(), 0
         try:
             outputs = next(self._outputs, None)
         except Stopped:
@@ -270,7 +276,7 @@ class InlineEngine:
             return None
         if outputs is None:
             return None
-        return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
+        return (outputs if transfers is None else transfers.take(outputs)), 0
 
     def release(self, weight: int) -> None:
         pass
@@ -302,16 +308,18 @@ class AsyncInlineEngine:
         self._program = spec.program(None)
         steps, self._early = _inline(self._program, spec, position, prefetch)
         self._outputs = AsyncInline(steps)
-        self._device_put = spec.device_put
+        self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
 
     def observe(self) -> Observation:
         return _observation(self._program, [], 0, 0)
 
     async def anext(self) -> tuple[Outputs, int] | None:
+        if self._transfers is not None and self._transfers.pending:
+            return self._transfers.take(), 0  # the rest of a chunk's batches
         outputs = await self._outputs.anext()
         if outputs is None:
             return None
-        return (outputs if self._device_put is None else transfer_outputs(outputs, self._device_put)), 0
+        return (outputs if self._transfers is None else self._transfers.take(outputs)), 0
 
     def release(self, weight: int) -> None:
         pass

@@ -173,6 +173,18 @@ class _Cursor(Generic[E]):
         with self._view:
             return self._delivered_holding()
 
+    def untake(self, taken_from: Iterator[Any] | None, left: int) -> None:
+        """Undo the last `next()` on the current outputs, if it took one: from `taken_from`,
+        which held `left` before, or from outputs loaded meanwhile (their first)."""
+        with self._view:
+            current = self.current
+            if current is taken_from:
+                taken = operator.length_hint(current) == left - 1
+            else:
+                taken = self._delivered_holding() == 1
+            if taken:
+                current.__setstate__(self._delivered_holding() - 1)  # type: ignore[attr-defined]
+
     def _delivered_holding(self) -> int:
         return max(0, len(self.items) - operator.length_hint(self.current))
 
@@ -294,8 +306,19 @@ class DataLoaderIterator(itertools.chain[Any]):
         return self
 
     def __next__(self) -> Any:
-        with self._turn:  # callers in several threads take turns (see the module docstring)
-            return _chain_next(self)
+        cursor = self._cursor
+        taken_from, left = None, 0
+        try:
+            with self._turn:  # callers in several threads take turns (see the module docstring)
+                taken_from = cursor.current
+                left = operator.length_hint(taken_from)
+                return _chain_next(self)
+        except BaseException:
+            # A KeyboardInterrupt may land in this frame after the output was taken (Python
+            # checks for signals after each call): `get_state()` would count an output the
+            # caller never got. Put it back, so that the next `next()` returns it.
+            cursor.untake(taken_from, left)
+            raise
 
     def next(self) -> Any:
         """The next output (as `next(iterator)`)."""
