@@ -86,10 +86,10 @@ def _measure(loader: Any, batches: int) -> list[LoaderStatistics]:
     try:
         iterator = iter(loader)
     except TypeError as error:  # None, an int: "... is not iterable"
-        raise Unusable(f"the function must return a DataLoader or an IterDataset: {error}") from None
+        raise Unusable(f"the function must return a DataLoader or a dataset: {error}") from None
     statistics_of = getattr(iterator, "statistics", None)
     if not callable(statistics_of):
-        raise Unusable(f"the function must return a DataLoader or an IterDataset, got {loader!r:.200}")
+        raise Unusable(f"the function must return a DataLoader or a dataset, got {loader!r:.200}")
     taken = 0
     try:
         for _ in itertools.islice(iterator, batches):

@@ -241,3 +241,52 @@ def test_grains_iterator_and_ours_prefetch_the_same_batches() -> None:
         iterator.start_prefetch()
         batches.append(list(iterator))
     assert_same_outputs(batches[1], batches[0])
+
+
+# The Dataset API's iterators (Grain's DatasetIterator.start_prefetch)
+
+
+@repeated
+def test_a_dataset_iterator_starts_its_parallel_parts(repeat: int) -> None:
+    source = Watched(40, wanted=4)
+    dataset = al.MapDataset.source(source).shuffle(seed=8).to_iter_dataset().map(lambda x: x * 2).prefetch(2)
+    with iter(dataset) as iterator:
+        iterator.start_prefetch()
+        iterator.start_prefetch()  # idempotent
+        assert source.first_reads.wait(10), "no record was read after start_prefetch()"
+        assert iterator.get_state() == iter(dataset).get_state()  # nothing delivered yet
+        got = list(iterator)
+    assert got == list(al.MapDataset.source(Watched(40)).shuffle(seed=8).map(lambda x: x * 2))
+
+
+def test_a_dataset_iterator_prefetches_through_stages_in_order_and_after_set_state() -> None:
+    def parts() -> al.IterDataset[int]:
+        left = al.MapDataset.range(0, 20).to_iter_dataset().prefetch(1)
+        return al.IterDataset.mix([left, al.MapDataset.range(100, 120).to_iter_dataset()], [1, 2])
+
+    wanted = list(parts())
+    iterator = iter(parts())
+    head = [next(iterator) for _ in range(7)]
+    resumed = iter(parts())
+    resumed.set_state(iterator.get_state())
+    resumed.start_prefetch()
+    assert head + list(resumed) == wanted
+    iterator.close()
+
+
+@pytest.mark.asyncio
+async def test_an_async_dataset_iterator_prefetches_on_its_loop() -> None:
+    dataset = al.MapDataset.range(12).to_iter_dataset().map(lambda x: x + 1).prefetch(2)
+    iterator = aiter(dataset)
+    iterator.start_prefetch()
+    assert [x async for x in iterator] == list(range(1, 13))
+
+
+def test_grains_dataset_iterator_and_ours_prefetch_the_same_elements() -> None:
+    gp = grain_python()
+    got = []
+    for module in (gp, al):
+        iterator = iter(module.MapDataset.range(10).shuffle(seed=3).to_iter_dataset().map(lambda x: x * 3))
+        iterator.start_prefetch()
+        got.append(list(iterator))
+    assert got[1] == got[0]

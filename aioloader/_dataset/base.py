@@ -22,7 +22,7 @@ import abc
 import builtins
 import functools
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import numpy as np
@@ -38,13 +38,12 @@ from aioloader._operations.transforms import (
 
 if TYPE_CHECKING:
     from aioloader._dataset.iter_base import IterDataset
+    from aioloader._dataset.iterator import DatasetIterator
 
 T = TypeVar("T")
 U = TypeVar("U")
 T_co = TypeVar("T_co", covariant=True)
 P = ParamSpec("P")
-
-_ITERATION_CHUNK = 128  # elements read per `_getitems` call while iterating
 
 
 class Indexable(Protocol[T_co]):
@@ -102,12 +101,10 @@ class MapDataset(abc.ABC, Generic[T]):
         """The elements at `indices`, in order; nodes override it to read in batches."""
         return [self[i] for i in indices]
 
-    def __iter__(self) -> Iterator[T]:
-        """The elements of one epoch in order, without the `None` holes, read in this thread."""
-        length = len(self)
-        for start in builtins.range(0, length, _ITERATION_CHUNK):
-            indices = builtins.range(start, min(start + _ITERATION_CHUNK, length))
-            yield from (x for x in self._getitems(indices) if x is not None)
+    def __iter__(self) -> DatasetIterator[T]:
+        """The elements in order, without the `None` holes, read in this thread: as Grain's,
+        `iter(self.to_iter_dataset())`, so the iterator has `get_state`/`set_state`."""
+        return iter(self.to_iter_dataset())
 
     # Sources and combinations (Grain's `MapDataset.source`, `.range`, `.mix`, `.concatenate`).
 

@@ -217,6 +217,14 @@ class _Run:
         assert self.stage is not None
         return self.stage.statistics()
 
+    def start_prefetch(self) -> None:
+        if self.closed or self.background is not None:  # a background thread runs the stages already
+            return
+        if self.loader is not None:
+            self.loader.start_prefetch()
+        elif self.stage is not None:
+            self.stage.start_prefetch()
+
     def get_state(self) -> dict[str, Any]:
         if self.loader is not None:
             return engine_state(self.loader, position_of(self.loader))
@@ -286,6 +294,13 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,
         whatever its worker count, resumes right after the last output delivered."""
         return {"version": STATE_VERSION, "dataset": self._holder.run.get_state()}
+
+    def start_prefetch(self) -> None:
+        """Start the parallel parts now, before the first `next()`, as Grain's does (to
+        restore the iterator, start it, then restore the model). Idempotent; never
+        changes the outputs; see `DataLoaderIterator.start_prefetch`."""
+        with self._turn:
+            self._holder.run.start_prefetch()
 
     def statistics(self) -> list[LoaderStatistics]:
         """The figures of each parallel part (a `to_iter_dataset` and the maps, filters

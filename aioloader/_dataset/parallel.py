@@ -135,6 +135,9 @@ class EngineStage(Stage[Any]):
     def statistics(self) -> list[LoaderStatistics]:
         return [self._iterator.statistics()]
 
+    def start_prefetch(self) -> None:
+        self._iterator.start_prefetch()
+
     def close(self) -> None:
         self._iterator.close()
 

@@ -20,8 +20,8 @@ class SliceMapDataset(MapDataset[T]):
 
     def __init__(self, parent: MapDataset[T], sl: slice) -> None:
         super().__init__(parent)
-        if not isinstance(sl, slice):
-            raise TypeError(f"`sl` must be a slice, got {sl!r} of type {type(sl).__name__}.")
+        if not isinstance(sl, slice):  # a ValueError, as Grain raises: `except ValueError` catches it
+            raise ValueError(f"`sl` must be a slice, got {sl!r} of type {type(sl).__name__}.")
         try:
             self._range = range(*sl.indices(len(parent)))
         except (TypeError, ValueError) as error:  # a non-int bound, or a zero step

@@ -83,6 +83,11 @@ class Stage(abc.ABC, Generic[T_co]):
         """The figures of the parallel parts below, in graph order (any thread)."""
         return [figures for parent in self.parents for figures in parent.statistics()]
 
+    def start_prefetch(self) -> None:
+        """Start the parallel parts below (see `DatasetIterator.start_prefetch`)."""
+        for parent in self.parents:
+            parent.start_prefetch()
+
 
 class ForeignStage(Stage[Any]):
     """A user's iterator (from a Grain-style `IterDataset.__iter__`), run in order: its own
