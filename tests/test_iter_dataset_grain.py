@@ -76,6 +76,12 @@ def odd(x: int) -> bool:
     return x % 2 == 1
 
 
+def with_nested_meta(element: dict[str, Any]) -> dict[str, Any]:
+    """A nested meta feature beside the sequences: a scalar and a dict holding a sequence."""
+    mask = {"bits": (np.arange(len(element["targets"])) % 2).astype(np.int8)}
+    return {**element, "meta": {"id": np.int32(len(element["inputs"])), "mask": mask}}
+
+
 PIPELINES: dict[str, Build] = {
     "range": lambda m: m.MapDataset.range(50).to_iter_dataset(),
     "holes dropped": lambda m: m.MapDataset.range(60).filter(odd).shuffle(seed=3).to_iter_dataset(),
@@ -174,6 +180,20 @@ PIPELINES: dict[str, Build] = {
         num_packing_bins=5,
         shuffle_bins=False,
     ),
+    "first-fit, nested meta feature": lambda m: m.FirstFitPackIterDataset(
+        m.MapDataset.source(tokens(8, 60)).to_iter_dataset().map(with_nested_meta),
+        length_struct={"inputs": 24, "targets": 20, "meta": {"id": 5, "mask": {"bits": 20}}},
+        num_packing_bins=3,
+        meta_features=["meta"],
+        seed=2,
+    ),
+    "best-fit, nested meta feature": lambda m: m.BestFitPackIterDataset(
+        m.MapDataset.source(tokens(9, 60)).to_iter_dataset().map(with_nested_meta),
+        length_struct={"inputs": 24, "targets": 20, "meta": {"id": 5, "mask": {"bits": 20}}},
+        num_packing_bins=3,
+        meta_features=["meta"],
+        shuffle_bins=False,
+    ),
     "concat-then-split": lambda m: m.ConcatThenSplitIterDataset(
         m.MapDataset.source(tokens(4, 80)).to_iter_dataset().map(lambda e: {"inputs": e["inputs"]}),
         length_struct={"inputs": 16},
@@ -202,7 +222,16 @@ def test_elements_equal_grains(build: Build) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["map filter batch", "mix", "window shuffle", "interleave", "first-fit", "concat-then-split"]
+    "name",
+    [
+        "map filter batch",
+        "mix",
+        "window shuffle",
+        "interleave",
+        "first-fit",
+        "best-fit, nested meta feature",
+        "concat-then-split",
+    ],
 )
 def test_after_a_resume_the_rest_equals_grains_rest(name: str) -> None:
     build = PIPELINES[name]

@@ -408,3 +408,21 @@ def test_the_packing_benchmark_runs_and_agrees_with_grain(capsys: pytest.Capture
         (p, name) for p in packing_bench.PACKERS for name in loaders
     }
     assert all(0.0 <= float(r[3].strip(" %")) < 100.0 for r in rows[2:])
+
+
+def test_only_a_meta_feature_may_be_nested_and_its_leaves_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"`length_struct\['m'\]` is nested, and only a meta feature may be"):
+        FirstFitPacker({"t": 4, "m": {"x": 2}}, 2)
+    with pytest.raises(ValueError, match=r"`length_struct\['m'\]\['x'\]` must be"):
+        FirstFitPacker({"t": 4, "m": {"x": 0}}, 2, meta_features=["m"])
+    with pytest.raises(
+        TypeError, match=r"`length_struct\['m'\]` must be an int"
+    ):  # no nesting in this packer
+        ConcatThenSplitPacker({"t": 4, "m": {"x": 2}}, meta_features=["m"])
+    packer = FirstFitPacker({"t": 4, "m": {"x": 2}}, 1, meta_features=["m"], padding_struct={"m": {"x": -1}})
+    source = [{"t": np.arange(2), "m": {"x": np.int64(7)}}, {"t": np.arange(1), "m": {"x": np.int64(8)}}]
+    ((row, _),) = packer.pack(source)
+    assert row["m"]["x"].tolist() == [7, 8]
+    assert sorted(row) == ["m", "t", "t_positions", "t_segment_ids"]
+    with pytest.raises(ValueError, match=r"lacks the features \[\('m', 'x'\)\]"):
+        list(packer.pack([{"t": np.arange(2), "m": {}}]))

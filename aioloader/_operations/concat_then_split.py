@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from aioloader._common.validation import require_bool, require_int
-from aioloader._operations.packing import Layout, Row, fill
+from aioloader._operations.packing import Key, Layout, Row, fill
 
 
 class BOSHandling(enum.Enum):
@@ -76,9 +76,9 @@ class _Piece:
     `position`; meta features are always whole."""
 
     position: int
-    features: dict[str, np.ndarray]
-    start: dict[str, int]
-    stop: dict[str, int] = field(default_factory=dict)
+    features: dict[Key, np.ndarray]
+    start: dict[Key, int]
+    stop: dict[Key, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, start in self.start.items():
@@ -89,17 +89,17 @@ class _Piece:
                     f"{self.stop[key]} cells: the state is not from this input."
                 )
 
-    def length(self, key: str) -> int:
+    def length(self, key: Key) -> int:
         if key in self.start:
             return self.stop[key] - self.start[key]
         return len(self.features[key])
 
-    def cells(self, key: str) -> np.ndarray:
+    def cells(self, key: Key) -> np.ndarray:
         if key in self.start:
             return self.features[key][self.start[key] : self.stop[key]]
         return self.features[key]
 
-    def split(self, take: dict[str, int]) -> tuple[_Piece, _Piece]:
+    def split(self, take: dict[Key, int]) -> tuple[_Piece, _Piece]:
         """The first `take[key]` cells of each sequence feature, and the rest."""
         middle = {key: start + take[key] for key, start in self.start.items()}
         return (
@@ -138,7 +138,9 @@ class ConcatThenSplitPacker:
         rest, position = self._resume(inputs, state)
         skip, ready = state.emitted, collections.deque[Row]()
         while True:
-            checkpoint = SplitState(position, None) if rest is None else SplitState(rest.position, rest.start)
+            checkpoint = (
+                SplitState(position, None) if rest is None else SplitState(rest.position, _named(rest.start))
+            )
             rest, position, more = self._fill(inputs, rest, position, ready)
             if not ready and more:
                 raise AssertionError(f"no row could be filled at input position {position}")
@@ -156,7 +158,8 @@ class ConcatThenSplitPacker:
             return None, state.start
         features = self._features(_first(inputs, state.start), state.start)
         self._check_offsets(state.offsets)
-        return _Piece(state.start, features, dict(state.offsets)), state.start + 1
+        offsets: dict[Key, int] = {key: value for key, value in state.offsets.items()}  # typed as Keys
+        return _Piece(state.start, features, offsets), state.start + 1
 
     def _fill(
         self, inputs: Iterator[Any], rest: _Piece | None, position: int, ready: collections.deque[Row]
@@ -187,9 +190,9 @@ class ConcatThenSplitPacker:
             ready.appendleft(self._row(row))
         return rest, position, more
 
-    def _add(self, piece: _Piece, row: list[_Piece], used: dict[str, int]) -> _Piece | None:
+    def _add(self, piece: _Piece, row: list[_Piece], used: dict[Key, int]) -> _Piece | None:
         """Put as much of `piece` into `row` as fits; return what is left (None if nothing)."""
-        take: dict[str, int] = {}
+        take: dict[Key, int] = {}
         for key, length in self.layout.lengths.items():
             have, room = piece.length(key), length - used[key]
             if key not in piece.start:  # a meta feature: whole or not at all
@@ -222,12 +225,12 @@ class ConcatThenSplitPacker:
                     values[start] = self._bos_token
                 segment_ids[start:end] = segment
                 positions[start:end] = np.arange(end - start, dtype=np.int32)
-            row[key] = values
+            row[_name(key)] = values
             if self.layout.is_sequence(key):
                 row[f"{key}_segment_ids"], row[f"{key}_positions"] = segment_ids, positions
         return row
 
-    def _features(self, element: Any, position: int) -> dict[str, np.ndarray]:
+    def _features(self, element: Any, position: int) -> dict[Key, np.ndarray]:
         if isinstance(element, Mapping) and set(element) != set(self.layout.lengths):
             extra = sorted(map(str, set(element) - set(self.layout.lengths)))
             if extra:
@@ -245,7 +248,7 @@ class ConcatThenSplitPacker:
         )
 
     def _sequence_keys(self) -> list[str]:
-        return [key for key in self.layout.lengths if self.layout.is_sequence(key)]
+        return [_name(key) for key in self.layout.lengths if self.layout.is_sequence(key)]
 
     def _check_offsets(self, offsets: Mapping[str, int]) -> None:
         if set(offsets) != set(self._sequence_keys()):
@@ -290,3 +293,13 @@ def _first(inputs: Iterator[Any], position: int) -> Any:
     if element is _END:
         raise ValueError(f"`state` resumes inside element {position}, but the input has no element there.")
     return element
+
+
+def _name(key: Key) -> str:
+    """A feature's name: this packer's layout has no nested features (no paths)."""
+    assert isinstance(key, str), key
+    return key
+
+
+def _named(values: dict[Key, int]) -> dict[str, int]:
+    return {_name(key): value for key, value in values.items()}

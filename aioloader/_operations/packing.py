@@ -62,46 +62,64 @@ class PackState:
             )
 
 
+# A feature of a packed row: its name, or for a leaf of a nested meta feature the path to it.
+Key = str | tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Layout:
-    """The checked shape of a packed row: sequence features, their lengths, and meta features."""
+    """The checked shape of a packed row: sequence features, their lengths, and meta features.
 
-    lengths: dict[str, int]
+    A meta feature may be nested (a dict of features, as Grain's first-fit and best-fit
+    packers take it): each of its leaves is placed as a feature of its own, keyed by its
+    path, and the row holds the same nesting."""
+
+    lengths: dict[Key, int]
     meta: tuple[str, ...]
 
     @classmethod
-    def of(cls, length_struct: Any, meta_features: Any) -> Layout:
+    def of(cls, length_struct: Any, meta_features: Any, *, nested_meta: bool = False) -> Layout:
         if not isinstance(length_struct, Mapping) or not length_struct:
             raise TypeError(
                 "`length_struct` must be a non-empty dict of feature name to row length, "
                 f"got {length_struct!r}."
             )
-        lengths = {}
+        if isinstance(meta_features, str) or not all(isinstance(k, str) for k in meta_features):
+            raise TypeError(f"`meta_features` must be a sequence of feature names, got {meta_features!r}.")
+        meta = tuple(meta_features)
+        lengths: dict[Key, int] = {}
         for key, length in length_struct.items():
             if not isinstance(key, str):
                 raise TypeError(f"`length_struct` keys must be feature names (str), got {key!r}.")
-            lengths[key] = require_int(f"length_struct[{key!r}]", length, minimum=1)
-        if isinstance(meta_features, str) or not all(isinstance(k, str) for k in meta_features):
-            raise TypeError(f"`meta_features` must be a sequence of feature names, got {meta_features!r}.")
-        return cls(lengths, tuple(meta_features))
+            if nested_meta and isinstance(length, Mapping):
+                if key not in meta:
+                    raise ValueError(
+                        f"`length_struct[{key!r}]` is nested, and only a meta feature may be: perhaps "
+                        "it should be named in `meta_features` (it then gets no segment ids or positions)."
+                    )
+                lengths.update(_leaves((key,), length))
+            else:
+                lengths[key] = require_int(f"length_struct[{key!r}]", length, minimum=1)
+        return cls(lengths, meta)
 
-    def is_sequence(self, key: str) -> bool:
+    def is_sequence(self, key: Key) -> bool:
         """True for the features that get segment ids and positions."""
-        return key not in self.meta
+        return isinstance(key, str) and key not in self.meta
 
     def loose_meta(self) -> list[str]:
         """The meta features without a row length: collected as lists."""
-        return [k for k in self.meta if k not in self.lengths]
+        placed = {key if isinstance(key, str) else key[0] for key in self.lengths}
+        return [k for k in self.meta if k not in placed]
 
-    def features(self, element: Any, position: int, *, split: bool = False) -> dict[str, np.ndarray]:
+    def features(self, element: Any, position: int, *, split: bool = False) -> dict[Key, np.ndarray]:
         """The features of `element` that `length_struct` names, as arrays, checked against
         their row lengths (only the meta features, when longer sequences are `split`)."""
         if not isinstance(element, Mapping):
             raise TypeError(f"element {position} must be a dict of features, got {type(element).__name__}.")
-        missing = [k for k in self.lengths if k not in element]
+        missing = [k for k in self.lengths if _at(element, k) is _MISSING]
         if missing:
             raise ValueError(f"element {position} lacks the features {missing} that `length_struct` names.")
-        features = {key: np.asarray(element[key]) for key in self.lengths}
+        features = {key: np.asarray(_at(element, key)) for key in self.lengths}
         for key, value in features.items():
             if sequence_length(value) > self.lengths[key] and not (split and self.is_sequence(key)):
                 raise ValueError(
@@ -111,12 +129,49 @@ class Layout:
         return features
 
 
+_MISSING = object()
+
+
+def _leaves(path: tuple[str, ...], lengths: Mapping[Any, Any]) -> dict[Key, int]:
+    """The row length of each leaf of a nested meta feature, by its path."""
+    leaves: dict[Key, int] = {}
+    for key, length in lengths.items():
+        where = "".join(f"[{part!r}]" for part in path)
+        if not isinstance(key, str):
+            raise TypeError(f"`length_struct{where}` keys must be feature names (str), got {key!r}.")
+        if isinstance(length, Mapping):
+            leaves.update(_leaves((*path, key), length))
+        else:
+            leaves[(*path, key)] = require_int(f"length_struct{where}[{key!r}]", length, minimum=1)
+    return leaves
+
+
+def _at(element: Mapping[str, Any], key: Key) -> Any:
+    """The feature `key` of `element` (walking a path into nested dicts); `_MISSING` if absent."""
+    value: Any = element
+    for part in (key,) if isinstance(key, str) else key:
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _put(row: Row, key: Key, value: Any) -> None:
+    """`row[key] = value`, making the nested dicts of a path."""
+    if isinstance(key, str):
+        row[key] = value
+        return
+    for part in key[:-1]:
+        row = row.setdefault(part, {})
+    row[key[-1]] = value
+
+
 def sequence_length(value: np.ndarray) -> int:
     """Cells a feature takes in a row: its first axis, or 1 for a scalar."""
     return 1 if value.ndim == 0 else len(value)
 
 
-def fill(buffer: np.ndarray, at: tuple[Any, ...], value: np.ndarray, key: str, position: int) -> None:
+def fill(buffer: np.ndarray, at: tuple[Any, ...], value: np.ndarray, key: Key, position: int) -> None:
     """`buffer[at] = value`, refusing a value whose shape or dtype would be changed on the way."""
     if value.shape[1:] != buffer.shape[len(at) :] and value.ndim:
         raise ValueError(
@@ -135,7 +190,7 @@ def fill(buffer: np.ndarray, at: tuple[Any, ...], value: np.ndarray, key: str, p
 class _Pack:
     """`bins` rows being filled; every packed feature has its cells, ids and positions."""
 
-    def __init__(self, layout: Layout, options: _BinOptions, first: dict[str, np.ndarray]) -> None:
+    def __init__(self, layout: Layout, options: _BinOptions, first: dict[Key, np.ndarray]) -> None:
         self.layout, self.options = layout, options
         bins = options.bins
         self.values = {
@@ -158,7 +213,7 @@ class _Pack:
         return result
 
     def add(
-        self, row: int, features: dict[str, np.ndarray], element: Mapping[str, Any], position: int
+        self, row: int, features: dict[Key, np.ndarray], element: Mapping[str, Any], position: int
     ) -> None:
         """Put the element in `row`, after what the row holds."""
         segment = self.count[row] + 1
@@ -180,7 +235,9 @@ class _Pack:
         filled = int(np.count_nonzero(self.count))
         rows: list[Row] = []
         for r in range(filled):
-            row: Row = {key: values[r] for key, values in self.values.items()}
+            row: Row = {}
+            for key, values in self.values.items():
+                _put(row, key, values[r])
             row.update((key, lists[r]) for key, lists in self.loose.items())
             for key in self.values:
                 if self.layout.is_sequence(key):
@@ -195,8 +252,8 @@ class _BinOptions:
     bins: int
     seed: int
     shuffle: bool
-    padding: dict[str, Any]
-    alignment: dict[str, int]
+    padding: dict[Key, Any]
+    alignment: dict[Key, int]
     max_per_row: int | None
     group_by: str | None = None
 
@@ -226,7 +283,7 @@ class FirstFitPacker:
         max_sequences_per_bin: int | None = None,
         shuffle_bins_group_by_feature: str | None = None,
     ) -> None:
-        self.layout = Layout.of(length_struct, meta_features)
+        self.layout = Layout.of(length_struct, meta_features, nested_meta=True)
         self.options = _BinOptions(
             bins=require_int("num_packing_bins", num_packing_bins, minimum=1),
             seed=require_int("seed", seed, minimum=0),
@@ -270,7 +327,7 @@ class FirstFitPacker:
         if pack is not None:
             yield from self._emit(pack, start, position, rows_before, skip)
 
-    def _try_add(self, pack: _Pack, features: dict[str, np.ndarray], element: Any, position: int) -> bool:
+    def _try_add(self, pack: _Pack, features: dict[Key, np.ndarray], element: Any, position: int) -> bool:
         lengths = np.array([sequence_length(v) for v in features.values()], np.int64)
         fits = pack.fitting_rows(lengths)
         if not fits.any():
@@ -312,7 +369,7 @@ def _row_feature(feature: str | None, layout: Layout) -> str | None:
     if feature is None:
         return None
     sequences = [k for k in layout.lengths if layout.is_sequence(k)]
-    names = [*layout.lengths, *layout.loose_meta()]
+    names = [*(k for k in layout.lengths if isinstance(k, str)), *layout.loose_meta()]
     names += [f"{k}_{suffix}" for k in sequences for suffix in ("segment_ids", "positions")]
     if feature not in names:
         raise ValueError(
@@ -335,13 +392,27 @@ def _grouped(rows: list[Row], shuffled: Sequence[int], feature: str) -> list[int
     return sorted(range(len(rows)), key=lambda i: (averages[i], shuffled[i], i))
 
 
-def _per_feature(name: str, values: Mapping[str, Any] | None, layout: Layout) -> dict[str, Any]:
-    """A per-feature option: a dict over (some of) the features `length_struct` names."""
+def _per_feature(name: str, values: Mapping[str, Any] | None, layout: Layout) -> dict[Key, Any]:
+    """A per-feature option: a dict over (some of) the features `length_struct` names
+    (nested as it is for a nested meta feature)."""
     if values is None:
         return {}
     if not isinstance(values, Mapping):
         raise TypeError(f"`{name}` must be a dict of feature name to value or None, got {values!r}.")
-    unknown = [k for k in values if k not in layout.lengths]
+    flat = _flat(values)
+    unknown = [k for k in flat if k not in layout.lengths]
     if unknown:
         raise ValueError(f"`{name}` names {unknown}, which `length_struct` does not.")
-    return {k: v for k, v in values.items() if v is not None}
+    return {k: v for k, v in flat.items() if v is not None}
+
+
+def _flat(values: Mapping[Any, Any], path: tuple[str, ...] = ()) -> dict[Key, Any]:
+    """`values` with nested dicts flattened into paths (a top-level name stays a str)."""
+    flat: dict[Key, Any] = {}
+    for key, value in values.items():
+        here: tuple[Any, ...] = (*path, key)
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, here))
+        else:
+            flat[here[0] if len(here) == 1 else here] = value
+    return flat
