@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -577,3 +579,24 @@ def test_the_interpreter_executor_gives_the_same_outputs() -> None:
         return al.IterDataset.mix([part, part]).prefetch(2, executor=executor)
 
     assert list(pipeline("interpreter")) == list(pipeline("thread"))
+
+
+def test_a_filter_that_drops_nearly_everything_is_warned_about_as_in_grain(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioloader._observability import filtering
+
+    monkeypatch.setattr(filtering, "_windows", {})
+    monkeypatch.setattr(filtering, "_warned", {})
+    with caplog.at_level(logging.WARNING, logger="aioloader"):
+        assert list(al.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 1000 == 7)) == [
+            7,
+            1007,
+            2007,
+        ]
+        assert len(list(al.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 2 == 0))) == 1500
+    warnings = [r.getMessage() for r in caplog.records if r.name == "aioloader"]
+    assert len(warnings) == 1, warnings  # once a minute per filter, and none for the half kept
+    assert re.match(
+        r"IterDataset\.filter \(.*<lambda>\) dropped 99\.\d+% of the last \d+ elements", warnings[0]
+    )

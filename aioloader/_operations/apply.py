@@ -32,6 +32,7 @@ import numpy as np
 
 from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs, guarded, not_data
 from aioloader._common.failures import Failure
+from aioloader._observability.filtering import note_filtered
 from aioloader._operations.transforms import Kind, Op
 
 if TYPE_CHECKING:
@@ -162,7 +163,9 @@ def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
     except Exception as caught:
         error = caught
     if error is None and all(flags):
+        note_filtered(op.label, len(flags), 0)
         return
+    note_filtered(op.label, len(flags), flags.count(False))
     origins = run.origin_list()
     if error is not None:
         run.failure = run.blame(origins[len(flags)], error, op.label)
