@@ -85,6 +85,25 @@ def test_auto_gives_the_batches_of_worker_count_0_and_adds_workers(repeat: int) 
         assert max(counts) > 1, counts
 
 
+class Uncopyable(Sleepy):
+    """Holds what cannot be copied for a worker (a lock, a client): worker_count=0 runs it."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise TypeError("cannot pickle '_thread.lock' object")
+
+
+def test_auto_keeps_operations_that_cannot_be_copied_in_the_consumers_thread() -> None:
+    # They once failed in the middle of the run, when a trial first started a worker: at a
+    # point that timing chose, where worker_count=0 delivers every batch.
+    expected = [batch.tolist() for batch in loader(0, Uncopyable())]
+    with iter(loader("auto", Uncopyable())) as iterator:
+        found = [batch.tolist() for batch in iterator]
+        assert iterator.statistics().worker_count == 0
+    assert found == expected
+    with pytest.raises(TypeError, match=r"`operations\[0\]` \(Uncopyable.map\) cannot be deep-copied"):
+        list(loader(2, Uncopyable()))
+
+
 def test_auto_with_for_starts_on_the_consumers_thread() -> None:
     """No worker thread before the first batch: with `for`, "auto" starts at level 0."""
     with iter(loader("auto", Noise())) as iterator:

@@ -582,21 +582,17 @@ def test_the_interpreter_executor_gives_the_same_outputs() -> None:
 
 
 def test_a_filter_that_drops_nearly_everything_is_warned_about_as_in_grain(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from aioloader._observability import filtering
-
-    monkeypatch.setattr(filtering, "_windows", {})
-    monkeypatch.setattr(filtering, "_warned", {})
     with caplog.at_level(logging.WARNING, logger="aioloader"):
-        assert list(al.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 1000 == 7)) == [
-            7,
-            1007,
-            2007,
-        ]
+        rare = al.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 1000 == 7)
+        assert list(rare) == [7, 1007, 2007]
         assert len(list(al.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 2 == 0))) == 1500
+        # Each filter's own window: 700 and 300 elements of two loaders are not one window.
+        assert len(list(al.MapDataset.range(700).to_iter_dataset().filter(lambda x: x % 20 == 0))) == 35
+        assert len(list(al.MapDataset.range(300).to_iter_dataset().filter(lambda x: x % 20 == 0))) == 15
     warnings = [r.getMessage() for r in caplog.records if r.name == "aioloader"]
-    assert len(warnings) == 1, warnings  # once a minute per filter, and none for the half kept
+    assert len(warnings) == 1, warnings  # once a minute per filter; none for the half kept
     assert re.match(
         r"IterDataset\.filter \(.*<lambda>\) dropped 99\.\d+% of the last \d+ elements", warnings[0]
     )

@@ -4,6 +4,7 @@ stage made slow on purpose, and snapshots read from another thread while the loa
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import subprocess
@@ -232,6 +233,28 @@ def test_the_device_stage_is_counted() -> None:
     assert statistics.thread("device").count == 1
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["for", "async for"])
+def test_the_device_stage_is_counted_at_worker_count_0_too(asynchronous: bool) -> None:
+    # There the consumer's thread transfers: the stage was missing, and a slow transfer was
+    # blamed on another stage.
+    pytest.importorskip("jax")
+    built = loader([Plus(), aioloader.Batch(16)], 0, device_put=aioloader.DevicePut(buffer_size=2))
+    if asynchronous:
+
+        async def run() -> aioloader.LoaderStatistics:
+            iterator = aiter(built)
+            assert len([b async for b in iterator]) == N // 16
+            return iterator.statistics()
+
+        statistics = asyncio.run(run())
+    else:
+        iterator = iter(built)
+        assert len(list(iterator)) == N // 16
+        statistics = iterator.statistics()
+    assert statistics.stage("device_put").items == statistics.stage("batch").items == N // 16
+    assert statistics.stage("device_put").busy_seconds > 0
+
+
 def test_log_statistics_logs_the_summary_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     aioloader.log_statistics(1e-9)
     try:
@@ -339,3 +362,92 @@ def test_a_dataset_iterator_gives_each_parallel_parts_figures(workers: int, asyn
     assert len(figures) == 2
     assert [items(part)["read"] for part in figures] == [40, 40]
     assert sum(items(part)["consumer"] for part in figures) == delivered == 20
+
+
+@pytest.mark.parametrize("value", ["10s", "0", "-1", "nan", "inf"])
+def test_a_bad_log_interval_in_the_environment_is_named(value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import aioloader"],
+        env={**os.environ, "AIOLOADER_LOG_STATISTICS": value, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    wanted = "AIOLOADER_LOG_STATISTICS must be a number of seconds greater than 0 (how often to log"
+    assert f"{wanted} the statistics), got {value!r}" in done.stderr
+
+
+def test_a_good_log_interval_in_the_environment_is_taken() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from aioloader._observability import logs; print(logs.interval)"],
+        env={**os.environ, "AIOLOADER_LOG_STATISTICS": "2.5", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "2.5", done.stderr
+
+
+@pytest.mark.parametrize(("inline", "workers"), [(True, 0), (False, 2)])
+def test_slow_reads_get_the_read_threads_advice_where_threads_run_chunks(inline: bool, workers: int) -> None:
+    # With the consumer's thread chosen to run the chunks, slow reads still go to the read
+    # threads: the advice once spoke of hand-offs and subinterpreters instead.
+    stages = [
+        aioloader.StageStatistics("read", 100, 10.0, 9.0, 1),
+        aioloader.StageStatistics("operations[0] (Plus.map)", 100, 10.0, 0.1, 1),
+        aioloader.StageStatistics("consumer", 100, 10.0, 0.1, 100),
+    ]
+    consumer = aioloader.ThreadStatistics("consumer", 1, 0.2, 9.5, 0.0)
+    statistics = LoaderStatistics(10.0, stages, [consumer], [], workers, 16, inline)
+    stage, advice = _verdict(statistics)
+    assert stage == "read"
+    assert "reads wait: raise `ReadOptions.num_threads` (now 16)" in advice
+
+
+class SlowKeys:
+    """A source of 12 records, 20 ms each."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, key: int) -> int:
+        time.sleep(0.02)
+        return key
+
+
+@repeated
+def test_figures_from_another_thread_never_go_down_while_the_consumer_waits(repeat: int) -> None:
+    # The consumer's busy time was the time since the start less the waits that had ended:
+    # it grew during each wait and dropped after it, a Prometheus counter going down.
+    loader_of_slow = aioloader.DataLoader(
+        data_source=SlowKeys(),
+        sampler=aioloader.IndexSampler(12, num_epochs=1),
+        operations=[aioloader.Batch(6)],
+        worker_count=1,
+        read_options=aioloader.ReadOptions(num_threads=0, prefetch_buffer_size=6),
+    )
+    iterator = iter(loader_of_slow)
+    snapshots = [iterator.statistics()]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            snapshots.append(iterator.statistics())
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(0.02)  # before the first next(): no time counts yet
+    try:
+        assert len(list(iterator)) == 2  # the consumer does nothing but wait
+    finally:
+        done.set()
+        watcher.join()
+    snapshots.append(iterator.statistics())
+    for before, after in itertools.pairwise(snapshots):
+        assert after.elapsed_seconds >= before.elapsed_seconds
+        for figure in ("busy_seconds", "waiting_for_input_seconds"):
+            assert getattr(after.thread("consumer"), figure) >= getattr(before.thread("consumer"), figure)
+    assert all(s.thread("consumer").busy_seconds < 0.05 for s in snapshots)
+    assert snapshots[-1].consumer_wait_share > 0.8

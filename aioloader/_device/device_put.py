@@ -258,6 +258,7 @@ class InlineTransfers:
         self._device_put = device_put
         self._pending: Outputs | None = None  # host batches not all transferred yet ...
         self._done = 0  # ... of which these were
+        self._meter = Meter("device")  # written by the consumer's thread, which transfers
 
     @property
     def pending(self) -> bool:
@@ -276,10 +277,18 @@ class InlineTransfers:
         group = Outputs(
             pending.items[start:stop], pending.after[start:stop], pending.failure if last else None
         )
+        started = time.perf_counter()
         moved = transfer_outputs(group, self._device_put)
+        self._meter.count("device_put", len(moved.items), time.perf_counter() - started)
         if last or moved.failure is not None:
             self._pending = None
         return moved
+
+    def observed(self, inner: Observation) -> Observation:
+        """The inline engine's figures, with the transfers as the `device_put` stage."""
+        return dataclasses.replace(
+            inner, names=[*inner.names, ("device_put", "device_put")], meters=[*inner.meters, self._meter]
+        )
 
 
 @dataclass(frozen=True)

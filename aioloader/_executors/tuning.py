@@ -101,14 +101,19 @@ class Tuner:
         meters: Meters | None = None,
         read_keys: frozenset[Hashable] = frozenset(),
         clock: Callable[[], float] = time.perf_counter,
+        copyable: Callable[[], bool] | None = None,
     ) -> None:
         """Tune among `levels` (ascending), from the highest below or at the workers running now.
 
         `memory_limit`, `reads` and `meters` (with the `read_keys` of its read
         stage) are "auto"'s: its memory bound, its read threads, and the
         workers' counters that tell how much of their time reads take. `clock` times
-        the phases (tests drive their own)."""
-        self._clock = clock
+        the phases (tests drive their own). `copyable`, asked once before workers
+        first start from the consumer's thread, says whether the operations can be
+        copied for them: if not, the consumer's thread keeps the chunks, as
+        `worker_count=0` would (an error there, at a point that timing chose, would
+        make the output depend on it)."""
+        self._clock, self._copyable = clock, copyable
         self._scheduler, self._workers, self._levels = scheduler, workers, list(levels)
         self._memory_limit, self._reads, self._meters, self._read_keys = (
             memory_limit,
@@ -137,8 +142,9 @@ class Tuner:
 
     @property
     def chosen(self) -> int:
-        """The level chosen: the one before a trial, while one runs."""
-        return self.level if self._trial is None else self._trial[0]
+        """The level chosen: the one before a trial, while one runs (any thread)."""
+        trial = self._trial  # read once: the consumer may end the trial meanwhile
+        return self.level if trial is None else trial[0]
 
     def delivered(self, weight: int, waited: float) -> None:
         """The consumer got outputs of `weight` after `waited` seconds in `next()`."""
@@ -224,10 +230,20 @@ class Tuner:
         if onward is not None and onward not in neighbours:
             self._hold = FIRST_HOLD  # no way on: the neighbours wait, as after any win
         elif neighbours:
-            self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
             level = onward if onward is not None else min(neighbours, key=self._measured.__getitem__)
+            if level and not self._workers_may_start():
+                return
+            self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
             self._trial_phases = 2 if level > self.level else 1
             self._set(level)
+
+    def _workers_may_start(self) -> bool:
+        """False, from then on at level 0 alone, if the operations cannot be copied for workers."""
+        copyable, self._copyable = self._copyable, None  # asked once
+        if copyable is not None and not copyable():
+            self._levels = [0]
+            return False
+        return True
 
     def _neighbours(self, span: float) -> list[int]:
         """The levels next to this one that a trial may try (the one measured longest ago,

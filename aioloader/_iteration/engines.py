@@ -14,6 +14,7 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -104,6 +105,15 @@ def _interpreter_runner(program: Program) -> RunnerFactory:
     return interpreter_runner(program)
 
 
+def _copyable(program: Program) -> bool:
+    """Whether the operations can be deep-copied for a worker thread (see `Tuner`)."""
+    try:
+        program.for_worker()
+    except TypeError:  # what `Operations.for_worker` says of an operation that cannot be copied
+        return False
+    return True
+
+
 def _observation(
     program: Program, buffers: list[Any], workers: int, read_threads: int, inline: bool = False
 ) -> Observation:
@@ -165,7 +175,10 @@ class ThreadedEngine:
         read_keys = frozenset(key for key, name in program.stage_names() if name == "read")
         levels = range(0 if inline else 1, spec.worker_count + 1)
         limit = spec.auto_memory_limit
-        return Tuner(self.scheduler, self._workers, levels, limit, reads, program.meters, read_keys)
+        copyable = functools.partial(_copyable, program) if inline else None
+        return Tuner(
+            self.scheduler, self._workers, levels, limit, reads, program.meters, read_keys, copyable=copyable
+        )
 
     def observe(self) -> Observation:
         program = self.scheduler.program
@@ -250,7 +263,8 @@ class InlineEngine:
         self._running = self._closed = False
 
     def observe(self) -> Observation:
-        return _observation(self._program, [], 0, 0)
+        observation = _observation(self._program, [], 0, 0)
+        return observation if self._transfers is None else self._transfers.observed(observation)
 
     def next(self) -> tuple[Outputs, int] | None:
         transfers = self._transfers
@@ -311,7 +325,8 @@ class AsyncInlineEngine:
         self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
 
     def observe(self) -> Observation:
-        return _observation(self._program, [], 0, 0)
+        observation = _observation(self._program, [], 0, 0)
+        return observation if self._transfers is None else self._transfers.observed(observation)
 
     async def anext(self) -> tuple[Outputs, int] | None:
         if self._transfers is not None and self._transfers.pending:

@@ -86,27 +86,41 @@ class _Cursor(Generic[E]):
         self.meter = Meter("consumer")  # written by the consumer only
         self.since = self.logged = time.perf_counter()
         self.final: tuple[Observation, float] | None = None  # the figures at the end
+        # The consumer's waits so far, and when the one in progress began (None: not
+        # waiting): one tuple, replaced whole, so that another thread reads both at once.
+        # A snapshot counts a wait in progress as waiting: the consumer's busy time never
+        # goes down (it is a Prometheus counter).
+        self.waits: tuple[float, float | None] = (0.0, None)
 
     def statistics(self) -> LoaderStatistics:
         from aioloader._observability.statistics import Observation, snapshot
 
         engine = self.holder.engine
+        waited, since = self.waits
         if engine is not None:
-            return snapshot(engine.observe(), self.meter, time.perf_counter() - self.since)
+            now = time.perf_counter()
+            waited += 0.0 if since is None else now - since
+            return snapshot(engine.observe(), self.meter, now - self.since, waited=waited)
         # Stopped: after a close from another thread, the consumer counts the outputs
         # it took from the current `Outputs` only when it next steps; count them here.
-        nothing = Observation((), (), (), 0, 0)  # before the first `next()`: no engine yet
-        observation, until = self.final or (nothing, time.perf_counter())
-        return snapshot(observation, self.meter, until - self.since, self._delivered())
+        # Before the first `next()` there is no engine yet, and no time counts.
+        nothing = Observation((), (), (), 0, 0)
+        observation, until = self.final or (nothing, self.since)
+        return snapshot(observation, self.meter, until - self.since, self._delivered(), waited=waited)
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
         """The engine stops: keep its last figures (its counters, not its data)."""
         if engine is not None:
             self.final = engine.observe(), time.perf_counter()
 
+    def waits_from(self, started: float) -> None:
+        """The consumer starts waiting for outputs (see `waits`)."""
+        self.waits = (self.waits[0], started)
+
     def waited(self, started: float) -> None:
         """The consumer waited for outputs since `started`; log the statistics if it is time."""
         now = time.perf_counter()
+        self.waits = (self.waits[0] + now - started, None)
         self.meter.waiting_for_input += now - started
         if logs.interval is not None and now - self.logged >= logs.interval:
             self.logged = now
@@ -415,6 +429,7 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
                 return
             engine.release(cursor.finish_outputs())
             started = time.perf_counter()
+            cursor.waits_from(started)
             try:
                 found = engine.next()
             except BaseException:
@@ -482,6 +497,7 @@ class AsyncDataLoaderIterator:
                 raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
             started, restarts = time.perf_counter(), cursor.restarts
+            cursor.waits_from(started)
             try:
                 found = await engine.anext()
             except BaseException as stopped:

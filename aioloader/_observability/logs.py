@@ -16,7 +16,18 @@ from typing import Any
 
 def _from_environment() -> float | None:
     found = os.environ.get("AIOLOADER_LOG_STATISTICS")
-    return float(found) if found else None
+    if not found:
+        return None
+    try:
+        seconds = float(found)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(
+            f"the environment variable AIOLOADER_LOG_STATISTICS must be a number of seconds greater "
+            f"than 0 (how often to log the statistics), got {found!r}."
+        )
+    return seconds
 
 
 interval: float | None = _from_environment()

@@ -37,6 +37,12 @@ def _advice(statistics: LoaderStatistics, name: str, share: float) -> str:
     waits = f"the consumer waited {share:.0%} of its time for data; {name} takes the most time"
     if name == "device_put":
         return f"{waits}: the transfer to the device limits throughput (fewer or larger batches help)"
+    if name == "read" and (statistics.inline or statistics.worker_count > 0):
+        # Where the tuner chose the consumer's thread too: slow reads go to the read threads.
+        return (
+            f"{waits}: reads wait: raise `ReadOptions.num_threads` "
+            f"(now {statistics.read_threads}), or `worker_count` if reads are CPU work"
+        )
     if statistics.inline:
         return (
             f"{waits}: the consumer's thread runs the chunks, as it was measured faster than the "
@@ -45,11 +51,6 @@ def _advice(statistics: LoaderStatistics, name: str, share: float) -> str:
         )
     if statistics.worker_count == 0:
         return f"{waits}: run it on worker threads (`worker_count` > 0)"
-    if name == "read":
-        return (
-            f"{waits}: reads wait: raise `ReadOptions.num_threads` "
-            f"(now {statistics.read_threads}), or `worker_count` if reads are CPU work"
-        )
     return f"{waits}: raise `worker_count` (now {statistics.worker_count})"
 
 

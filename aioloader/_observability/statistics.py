@@ -186,10 +186,11 @@ def _named(found: Sequence[N], name: str, what: str) -> N:
 
 
 def snapshot(
-    observation: Observation, consumer: Meter, elapsed: float, uncounted: int = 0
+    observation: Observation, consumer: Meter, elapsed: float, uncounted: int = 0, waited: float | None = None
 ) -> LoaderStatistics:
     """Sum the meters of `observation` (and the consumer's, plus `uncounted` outputs
-    delivered that it has not counted yet) into a `LoaderStatistics`."""
+    delivered that it has not counted yet) into a `LoaderStatistics`; `waited` is the
+    consumer's time waiting for outputs (its meter's, if not given)."""
     steps = [meter.copy_steps() for meter in observation.meters]
     stages = _stages(observation.names, steps, elapsed)
     worker_busy = sum(
@@ -205,7 +206,7 @@ def snapshot(
             _threads("device", device, sum(s.busy_seconds for s in stages if s.name == "device_put"))
         )
     delivered = consumer.copy_steps().get("consumer", (0, 0.0, 0))
-    waited = consumer.waiting_for_input
+    waited = consumer.waiting_for_input if waited is None else min(waited, elapsed)
     stages.append(
         StageStatistics(
             "consumer",

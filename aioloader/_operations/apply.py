@@ -32,7 +32,7 @@ import numpy as np
 
 from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs, guarded, not_data
 from aioloader._common.failures import Failure
-from aioloader._observability.filtering import note_filtered
+from aioloader._observability.filtering import FilterWindows
 from aioloader._operations.transforms import Kind, Op
 
 if TYPE_CHECKING:
@@ -104,10 +104,13 @@ class Run(abc.ABC):
             del self.origins[j:]
 
 
-def apply(op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER) -> None:
+def apply(
+    op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER, filters: FilterWindows | None = None
+) -> None:
     """Apply one synchronous operation to every element of `run`, in order.
 
-    Raises `Stopped` between two elements once `shutdown` is set.
+    Raises `Stopped` between two elements once `shutdown` is set. A filter counts
+    what it drops into `filters`, which warns when it drops nearly everything.
     """
     if op.kind is Kind.MAP:
         _collect(op, run, call_each, op.function(), run.items, op.label, shutdown)
@@ -115,7 +118,7 @@ def apply(op: Op, run: Run, seed: int | None, shutdown: Shutdown = NEVER) -> Non
         rngs = _rngs(op, run, seed)
         _collect(op, run, call_pairs, op.function(), run.items, rngs, op.label, shutdown)
     elif op.kind is Kind.FILTER:
-        _filter(op, run, shutdown)
+        _filter(op, run, shutdown, filters)
     elif op.kind is Kind.FLAT_MAP:
         _flat_map(op, run, shutdown)
     else:
@@ -143,7 +146,7 @@ def _collect(op: Op, run: Run, caller: Callable[..., None], *arguments: Any) -> 
     run.items = out
 
 
-def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
+def _filter(op: Op, run: Run, shutdown: Shutdown, filters: FilterWindows | None = None) -> None:
     """Keep the elements `op` is true for.
 
     A run the filter keeps whole (the common case) stays as it was, one element
@@ -163,9 +166,11 @@ def _filter(op: Op, run: Run, shutdown: Shutdown) -> None:
     except Exception as caught:
         error = caught
     if error is None and all(flags):
-        note_filtered(op.label, len(flags), 0)
+        if filters is not None:
+            filters.note(op, op.label, len(flags), 0)
         return
-    note_filtered(op.label, len(flags), flags.count(False))
+    if filters is not None:
+        filters.note(op, op.label, len(flags), flags.count(False))
     origins = run.origin_list()
     if error is not None:
         run.failure = run.blame(origins[len(flags)], error, op.label)

@@ -38,6 +38,7 @@ from aioloader._common.positions import (
     positions_before_elements,
 )
 from aioloader._observability import meter as meter
+from aioloader._observability.filtering import FilterWindows
 from aioloader._observability.meter import Meter, Meters
 from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
@@ -125,6 +126,7 @@ class Program:
         self.meters = Meters()
         self.meter: Meter | None = self.meters.new("pipeline") if meter.ENABLED else None
         self.shutdown = Shutdown()
+        self.filters = FilterWindows()  # this copy's: each worker's is its own
         self.early: EarlyRead | None = None  # see `read_early`
 
     def read_early(self, job: ChunkJob, threads: int) -> EarlyRead | None:
@@ -156,6 +158,7 @@ class Program:
         clone._claimed = False  # the copy's operations are its own
         clone.shutdown = self.shutdown.for_thread()
         clone._maps = None  # compiled from the clone's own operations when it first runs them
+        clone.filters = FilterWindows()
         clone.meter = self.meters.new("steps") if meter.ENABLED else None
         return clone
 
@@ -287,11 +290,11 @@ class Program:
         return maps
 
     def _step_before(self, i: int, run: Run) -> Run:
-        apply(self.operations.before[i], run, self.seed, self.shutdown)
+        apply(self.operations.before[i], run, self.seed, self.shutdown, self.filters)
         return run
 
     def _step_after(self, i: int, run: Run) -> Run:
-        apply(self.operations.after[i], run, self.seed, self.shutdown)
+        apply(self.operations.after[i], run, self.seed, self.shutdown, self.filters)
         return run
 
     def _step_records_out(self, _: int, chunk: RecordChunk) -> Outputs:
