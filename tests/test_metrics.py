@@ -90,14 +90,14 @@ def test_a_scrape_while_the_loader_runs_shows_the_values_move(served: tuple[Any,
 def test_a_collector_reports_nothing_once_its_iterator_is_gone(served: tuple[Any, str]) -> None:
     registry, url = served
     iterator = make_iterator()
-    collector = aioloader.register_metrics(iterator, loader="train", registry=registry)
+    entry = aioloader.register_metrics(iterator, loader="train", registry=registry)
     next(iterator)
     assert any(name == "aioloader_stage_items_total" for name, _ in scrape(url))
     iterator.close()
     del iterator
     gc.collect()
     assert not any(name.startswith("aioloader_") for name, _ in scrape(url))
-    registry.unregister(collector)
+    entry.unregister()
 
 
 @pytest.mark.parametrize(
@@ -111,3 +111,48 @@ def test_a_collector_reports_nothing_once_its_iterator_is_gone(served: tuple[Any
 def test_bad_arguments_are_named(iterator: Any, loader: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         aioloader.register_metrics(make_iterator() if iterator is None else iterator, loader=loader)
+
+
+def test_loaders_sharing_a_registry_are_one_family_per_metric(served: tuple[Any, str]) -> None:
+    # One collector per loader repeated every family, which OpenMetrics parsers reject.
+    from prometheus_client.openmetrics.exposition import generate_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+
+    registry, url = served
+    train, evaluation = make_iterator(), make_iterator()
+    entry = aioloader.register_metrics(train, loader="train", registry=registry)
+    aioloader.register_metrics(evaluation, loader="eval", registry=registry)
+    next(train)
+    next(evaluation)
+    text = generate_latest(registry).decode()
+    assert text.count("# TYPE aioloader_stage_items counter") == 1
+    names = {(family.name, s.labels["loader"]) for family in openmetrics(text) for s in family.samples}
+    assert {("aioloader_stage_items", "train"), ("aioloader_stage_items", "eval")} <= names
+    with pytest.raises(ValueError, match=r"reports an iterator as `loader`='train' already"):
+        aioloader.register_metrics(make_iterator(), loader="train", registry=registry)
+    with pytest.raises(ValueError, match=r"reports an iterator as `loader`='eval' already"):
+        aioloader.register_metrics(evaluation, loader="other", registry=registry)
+    entry.unregister()
+    assert {labels for (name, labels) in scrape(url) if name == "aioloader_consumer_wait_share"} == {
+        (("loader", "eval"),)
+    }
+    aioloader.register_metrics(make_iterator(), loader="train", registry=registry)  # its name is free again
+    train.close()
+    evaluation.close()
+
+
+def test_a_dataset_iterator_reports_each_parallel_part(served: tuple[Any, str]) -> None:
+    registry, url = served
+    parts = [aioloader.MapDataset.range(100).to_iter_dataset().prefetch(1) for _ in range(2)]
+    iterator = iter(aioloader.IterDataset.mix(parts, [1, 1]))
+    aioloader.register_metrics(iterator, loader="mixed", registry=registry)
+    single = iter(aioloader.MapDataset.range(50).to_iter_dataset())
+    aioloader.register_metrics(single, loader="single", registry=registry)
+    next(iterator)
+    next(single)
+    loaders = {
+        dict(labels)["loader"] for (name, labels) in scrape(url) if name == "aioloader_stage_items_total"
+    }
+    assert loaders == {"mixed[0]", "mixed[1]", "single"}
+    iterator.close()
+    single.close()
