@@ -6,7 +6,8 @@ it, so counting costs a few attribute updates and never makes threads
 contend (on free-threaded CPython a counter shared by threads would bounce
 between cores). A reader sums the meters of a `Meters` registry when asked:
 the figures are a moment's view, each one at most a chunk old, never torn
-into garbage (each is a float or an int, replaced whole).
+into garbage (each is a float or an int, replaced whole), and read downstream
+first, so that no stage is seen ahead of the one before it.
 
 `AIOLOADER_STATISTICS=0` in the environment switches the step timing off
 (for measuring what counting costs); the stages then show no items and no time.
@@ -47,8 +48,14 @@ class Meter:
         entry[2] += 1
 
     def copy_steps(self) -> dict[Hashable, tuple[float, float, float]]:
-        """Per step: (items, seconds, calls), copied so the owner may go on counting."""
-        return {key: (entry[0], entry[1], entry[2]) for key, entry in dict(self.steps).items()}
+        """Per step: (items, seconds, calls), copied so the owner may go on counting.
+
+        The owner counts a chunk's steps in pipeline order, upstream first; copied in
+        the reverse order, a step is never seen ahead of the steps before it (a map
+        with more items than the read before it), though the owner counts meanwhile."""
+        entries = list(dict(self.steps).items())
+        copied = {key: (entry[0], entry[1], entry[2]) for key, entry in reversed(entries)}
+        return {key: copied[key] for key, _ in entries}
 
 
 class Meters:

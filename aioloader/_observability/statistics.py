@@ -191,7 +191,10 @@ def snapshot(
     """Sum the meters of `observation` (and the consumer's, plus `uncounted` outputs
     delivered that it has not counted yet) into a `LoaderStatistics`; `waited` is the
     consumer's time waiting for outputs (its meter's, if not given)."""
-    steps = [meter.copy_steps() for meter in observation.meters]
+    # Downstream first, as each meter copies its own steps (see `Meter.copy_steps`): the
+    # consumer, then the meters from the last made (the device thread's) to the first.
+    delivered = consumer.copy_steps().get("consumer", (0, 0.0, 0))
+    steps = [meter.copy_steps() for meter in reversed(observation.meters)][::-1]
     stages = _stages(observation.names, steps, elapsed)
     worker_busy = sum(
         seconds
@@ -205,7 +208,6 @@ def snapshot(
         threads.append(
             _threads("device", device, sum(s.busy_seconds for s in stages if s.name == "device_put"))
         )
-    delivered = consumer.copy_steps().get("consumer", (0, 0.0, 0))
     waited = consumer.waiting_for_input if waited is None else min(waited, elapsed)
     stages.append(
         StageStatistics(
