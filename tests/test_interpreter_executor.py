@@ -520,3 +520,26 @@ def test_steps_in_the_subinterpreters_are_timed_like_threads(workers: int) -> No
         assert there.stage(name).busy_seconds > 0, there.summary()
     assert there.stage("read").items == 40
     assert there.stage("operations[1] (Pair.flat_map)").items == 80
+
+
+@needs_subinterpreters
+def test_a_sqlite_source_is_read_in_the_subinterpreter(tmp_path: Path) -> None:
+    # Its reads check each key; the check once used NumPy, which cannot load there.
+    import sqlite3
+
+    from aioloader import SQLiteDataSource
+
+    path = tmp_path / "rows.db"
+    connection = sqlite3.connect(path)
+    connection.execute("create table t(a int, s text)")
+    connection.executemany("insert into t values (?, ?)", [(i, str(i)) for i in range(40)])
+    connection.commit()
+    connection.close()
+    source = SQLiteDataSource(path, "t")
+    sampler = IndexSampler(40, seed=5, num_epochs=1)
+    wanted = list(
+        DataLoader(data_source=source, sampler=sampler, operations=[ops.Identity()], worker_count=2)
+    )
+    assert list(loader([ops.Identity()], source=source)) == wanted
+    assert sorted(row["a"] for row in wanted) == list(range(40))
+    source.close()

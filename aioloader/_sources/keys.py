@@ -70,8 +70,11 @@ def distinct(blocks: np.ndarray) -> list[int]:
 
 def require_key(key: Any, total: int) -> int:
     """`key` as an int in `[0, total)`, else IndexError (TypeError if it is not an integer;
-    a bool is not one here, though `operator.index` takes it: `True` is no record key)."""
-    if isinstance(key, (bool, np.bool_)):
+    a bool is not one here, though `operator.index` takes it: `True` is no record key).
+
+    Without NumPy: sources read in a subinterpreter (SQLite's) call it, where NumPy
+    cannot load."""
+    if isinstance(key, bool):  # (NumPy's bool `operator.index` refuses; no NumPy here: see below)
         raise TypeError(f"`key` must be an integer, got the bool {key!r}.")
     try:
         index = operator.index(key)
