@@ -543,3 +543,40 @@ def test_a_sqlite_source_is_read_in_the_subinterpreter(tmp_path: Path) -> None:
     assert list(loader([ops.Identity()], source=source)) == wanted
     assert sorted(row["a"] for row in wanted) == list(range(40))
     source.close()
+
+
+class NumpyAt:
+    """Record k is the int k, but record `at` is a NumPy int (as a Parquet row's values are);
+    read in the worker thread: its lock does not pickle."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.lock = at, threading.Lock()
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, key: int) -> Any:
+        import numpy as np
+
+        return np.int64(key) if key == self.at else key
+
+
+@needs_subinterpreters
+def test_a_record_that_cannot_load_in_a_subinterpreter_fails_in_order_naming_it() -> None:
+    # A record holding NumPy values failed the whole chunk with a bare error, dropping the
+    # outputs before it (a varying count), and named no record.
+    sampler = IndexSampler(40, num_epochs=1)
+    built = DataLoader(
+        data_source=NumpyAt(30),
+        sampler=sampler,
+        operations=[ops.Identity()],
+        worker_count=2,
+        executor="interpreter",
+    )
+    outputs, error = drain(built)
+    assert outputs == list(range(30))
+    assert isinstance(error, ImportError)
+    assert "numpy" in str(error)
+    assert notes(error) == (
+        "aioloader: sending records to a subinterpreter failed on the record with index=30, record_key=30"
+    )

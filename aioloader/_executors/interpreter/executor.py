@@ -33,7 +33,17 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aioloader._executors.interpreter.subinterpreters import Subinterpreter, SubinterpreterError, unavailable
-from aioloader._executors.interpreter.worker import PROTOCOL, escaped, failure_of, load, pickle_chunk, serve
+from aioloader._executors.interpreter.worker import (
+    PROTOCOL,
+    UNREADABLE,
+    escaped,
+    failure_of,
+    load,
+    loads_here,
+    pickle_chunk,
+    serve,
+    unpack_error,
+)
 from aioloader._executors.threads import RunnerFactory
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.program import Program, Stage
@@ -158,8 +168,11 @@ class _Runner:
         def request(chunk: RecordChunk) -> object:
             return steps, chunk.start, chunk.keys, chunk.indices, chunk.items, chunk.origins
 
-        sent = pickle_chunk(chunk, request, "sending records to a subinterpreter")
-        reply = pickle.loads(self._interpreter.call(serve, sent))
+        sending = "sending records to a subinterpreter"
+        reply = self._call(pickle_chunk(chunk, request, sending))
+        if reply[3] == UNREADABLE:  # a record does not load there: cut the chunk before it, send the rest
+            self._fail_at_unreadable(chunk, unpack_error(reply[2]), sending)
+            reply = self._call(pickle_chunk(chunk, request, sending))
         if (error := escaped(reply)) is not None:
             raise error  # as from a worker thread: it stops the pipeline
         chunk.items, chunk.origins, packed, timings = reply
@@ -171,6 +184,19 @@ class _Runner:
         # elements were cut before sending), so it comes first in order.
         chunk.failure = failure_of(packed) or chunk.failure
         return chunk
+
+    def _call(self, sent: bytes) -> Any:
+        return pickle.loads(self._interpreter.call(serve, sent))
+
+    def _fail_at_unreadable(self, chunk: RecordChunk, error: BaseException, what: str) -> None:
+        """Fail `chunk` at its first record that does not unpickle in the subinterpreter (NumPy
+        values, which cannot load there), or at its first if each loads alone (`error`)."""
+        for j, item in enumerate(chunk.items):
+            answer = pickle.loads(self._interpreter.call(loads_here, pickle.dumps(item, PROTOCOL)))
+            if answer is not None:
+                chunk.fail(j, unpack_error(answer), what)
+                return
+        chunk.fail(0, error, what)
 
 
 def _route(steps: Sequence[StepCall], operations: Operations, reads_there: bool) -> Route:

@@ -35,6 +35,7 @@ from aioloader._program.records import RecordChunk, read
 from aioloader._program.steps import Step
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+UNREADABLE = "unreadable"  # `serve`'s reply in place of the timings: the request did not unpickle there
 PackedError = tuple[bytes | None, str, list[str], str]
 
 # This interpreter's own source and operations (by their index in `before`), set by `load`.
@@ -77,7 +78,10 @@ def _cannot_load(label: str, error: Exception) -> str:
 def serve(request: bytes) -> bytes:
     """Run the requested steps on one chunk of records; reply with what they made, and
     each step's (items out, seconds), for the worker's statistics."""
-    steps, start, keys, indices, items, origins = pickle.loads(request)
+    try:
+        steps, start, keys, indices, items, origins = pickle.loads(request)
+    except Exception as error:  # a record that does not load here (NumPy values): the sender finds it
+        return pickle.dumps((None, None, pack_error(error), UNREADABLE), PROTOCOL)
     chunk = RecordChunk(start, keys, indices)
     chunk.items, chunk.origins = items, origins
     timings = []
@@ -93,6 +97,15 @@ def serve(request: bytes) -> bytes:
         # the subinterpreter's failure (`escaped`).
         return pickle.dumps((None, None, pack_error(error), None), PROTOCOL)
     return pickle_chunk(chunk, lambda done: (*_reply(done), timings), "sending results from a subinterpreter")
+
+
+def loads_here(blob: bytes) -> bytes:
+    """None if `blob` unpickles in this interpreter, else its error, packed (pickled)."""
+    try:
+        pickle.loads(blob)
+    except Exception as error:
+        return pickle.dumps(pack_error(error), PROTOCOL)
+    return pickle.dumps(None, PROTOCOL)
 
 
 def escaped(reply: tuple[Any, Any, PackedError | None, Any]) -> BaseException | None:
