@@ -4,7 +4,8 @@
     python -m aioloader.report my_module:make_loader --batches 200 [--json]
 
 The first form prints the summary of a snapshot saved with
-`iterator.statistics().to_json()`. The second imports `my_module` (the
+`iterator.statistics().to_json()` (or of each in the list that `--json` writes
+for a dataset of several parallel parts). The second imports `my_module` (the
 current directory is searched first), calls `make_loader()` with no
 arguments, which returns a `DataLoader` (or anything whose iterator has
 `statistics()`), takes `--batches` outputs from it and prints the summary of
@@ -57,10 +58,26 @@ def _statistics(target: str, batches: int) -> list[LoaderStatistics]:
     if os.path.exists(target) or ":" not in target:
         try:
             with open(target, encoding="utf-8") as saved:
-                return [LoaderStatistics.from_json(saved.read())]
+                return _snapshots(saved.read())
         except (OSError, ValueError) as error:
             raise Unusable(error) from None
     return _measure(_loader(target), batches)
+
+
+def _snapshots(text: str) -> list[LoaderStatistics]:
+    """The snapshot in `text`, or the list of them that `--json` writes for a dataset of
+    several parallel parts."""
+    import json
+
+    if not text.lstrip().startswith("["):
+        return [LoaderStatistics.from_json(text)]
+    try:
+        parts = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"not the JSON of LoaderStatistics.to_json(): {error!r}") from None
+    if not parts:
+        raise ValueError("not the JSON of LoaderStatistics.to_json(): an empty list")
+    return [LoaderStatistics.from_json(json.dumps(part)) for part in parts]
 
 
 def _loader(target: str) -> Any:
