@@ -580,3 +580,22 @@ def test_a_record_that_cannot_load_in_a_subinterpreter_fails_in_order_naming_it(
     assert notes(error) == (
         "aioloader: sending records to a subinterpreter failed on the record with index=30, record_key=30"
     )
+
+
+@needs_subinterpreters
+def test_a_result_that_cannot_load_here_fails_in_order_naming_its_record() -> None:
+    # It failed its whole chunk with a bare error, dropping the outputs before it.
+    built = DataLoader(
+        data_source=RangeDataSource(0, 400),
+        sampler=IndexSampler(400, num_epochs=1),
+        operations=[ops.ReturnsWhatLoadsThereOnly(300), ops.Identity()],
+        worker_count=2,
+        executor="interpreter",
+    )
+    outputs, error = drain(built)
+    assert outputs == list(range(300))
+    assert str(error) == "300 cannot be rebuilt in the main interpreter"
+    assert notes(error) == (
+        "aioloader: receiving results from a subinterpreter failed on the record with index=300, "
+        "record_key=300"
+    )

@@ -70,6 +70,34 @@ class Unpicklable(MapTransform):
         return threading.Lock() if element == 6 else element
 
 
+def _rebuilt_there_only(value: Any) -> Any:
+    """A result's reconstructor that fails in the main interpreter (a class that exists in the
+    subinterpreter only, say)."""
+    import _interpreters  # type: ignore[import-not-found]  # CPython 3.13+
+
+    if _interpreters.get_current() == _interpreters.get_main():
+        raise ValueError(f"{value} cannot be rebuilt in the main interpreter")
+    return value
+
+
+class LoadsThereOnly:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> Any:
+        return (_rebuilt_there_only, (self.value,))
+
+
+class ReturnsWhatLoadsThereOnly(MapTransform):
+    """Returns a result that does not load in the main interpreter for record value `at`."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def map(self, element: Any) -> Any:
+        return LoadsThereOnly(element) if element == self.at else element
+
+
 class UsesNumpy(MapTransform):
     def map(self, element: Any) -> Any:
         return np.int64(element)

@@ -42,6 +42,7 @@ from aioloader._executors.interpreter.worker import (
     loads_here,
     pickle_chunk,
     serve,
+    serve_each,
     unpack_error,
 )
 from aioloader._executors.threads import RunnerFactory
@@ -169,10 +170,16 @@ class _Runner:
             return steps, chunk.start, chunk.keys, chunk.indices, chunk.items, chunk.origins
 
         sending = "sending records to a subinterpreter"
-        reply = self._call(pickle_chunk(chunk, request, sending))
-        if reply[3] == UNREADABLE:  # a record does not load there: cut the chunk before it, send the rest
+        sent = pickle_chunk(chunk, request, sending)
+        reply = self._call(sent)
+        if reply is not None and reply[3] == UNREADABLE:  # a record does not load there: cut before it
             self._fail_at_unreadable(chunk, unpack_error(reply[2]), sending)
-            reply = self._call(pickle_chunk(chunk, request, sending))
+            sent = pickle_chunk(chunk, request, sending)
+            reply = self._call(sent)
+        if reply is None:  # a result does not load here: the steps again, each result apart
+            reply = self._each(sent, chunk)
+        if reply[3] == UNREADABLE:  # not even the rest loads there: the request itself cannot
+            raise unpack_error(reply[2])
         if (error := escaped(reply)) is not None:
             raise error  # as from a worker thread: it stops the pipeline
         chunk.items, chunk.origins, packed, timings = reply
@@ -186,7 +193,28 @@ class _Runner:
         return chunk
 
     def _call(self, sent: bytes) -> Any:
-        return pickle.loads(self._interpreter.call(serve, sent))
+        """`serve`'s reply to `sent`; None if it does not load in this interpreter."""
+        reply = self._interpreter.call(serve, sent)
+        try:
+            return pickle.loads(reply)
+        except Exception:
+            return None
+
+    def _each(self, sent: bytes, chunk: RecordChunk) -> Any:
+        """`serve`'s reply to `sent`, its elements loaded one by one: cut before the first that
+        does not load here, which fails, naming its record, after the ones before it.
+        Rare (a result whose class or reducer exists there only), so the steps run again."""
+        items, origins, packed, timings = pickle.loads(self._interpreter.call(serve_each, sent))
+        if timings is None or timings == UNREADABLE:
+            return items, origins, packed, timings
+        for j, blob in enumerate(items):
+            try:
+                items[j] = pickle.loads(blob)
+            except Exception as error:
+                chunk.items, chunk.origins = items, origins
+                chunk.fail(j, error, "receiving results from a subinterpreter")  # it comes first
+                return chunk.items, chunk.origins, None, timings
+        return items, origins, packed, timings
 
     def _fail_at_unreadable(self, chunk: RecordChunk, error: BaseException, what: str) -> None:
         """Fail `chunk` at its first record that does not unpickle in the subinterpreter (NumPy

@@ -78,6 +78,16 @@ def _cannot_load(label: str, error: Exception) -> str:
 def serve(request: bytes) -> bytes:
     """Run the requested steps on one chunk of records; reply with what they made, and
     each step's (items out, seconds), for the worker's statistics."""
+    return _serve(request, each=False)
+
+
+def serve_each(request: bytes) -> bytes:
+    """`serve`, with each element of the reply pickled on its own: for a reply that did not
+    load in the main interpreter, whose first element that does not the sender then finds."""
+    return _serve(request, each=True)
+
+
+def _serve(request: bytes, each: bool) -> bytes:
     try:
         steps, start, keys, indices, items, origins = pickle.loads(request)
     except Exception as error:  # a record that does not load here (NumPy values): the sender finds it
@@ -96,7 +106,17 @@ def serve(request: bytes) -> bytes:
         # It stops the pipeline, as it does from a worker thread: sent as itself, not as
         # the subinterpreter's failure (`escaped`).
         return pickle.dumps((None, None, pack_error(error), None), PROTOCOL)
-    return pickle_chunk(chunk, lambda done: (*_reply(done), timings), "sending results from a subinterpreter")
+    what = "sending results from a subinterpreter"
+    if each:
+        blobs = []
+        for j, item in enumerate(chunk.items):
+            try:
+                blobs.append(pickle.dumps(item, PROTOCOL))
+            except Exception as error:  # it does not pickle: the chunk fails there (see `pickle_chunk`)
+                chunk.fail(j, error, what)
+                break
+        chunk.items = blobs
+    return pickle_chunk(chunk, lambda done: (*_reply(done), timings), what)
 
 
 def loads_here(blob: bytes) -> bytes:
