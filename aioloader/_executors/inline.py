@@ -25,7 +25,7 @@ from aioloader._common.calls import Interrupt, Stopped
 from aioloader._common.positions import Position
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
-from aioloader._scheduling.planner import FIRST_CHUNK_RECORDS, plan_chunks
+from aioloader._scheduling.planner import FIRST_CHUNK_RECORDS, output_bytes, plan_chunks
 from aioloader._scheduling.work import Place, Work
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def inline_steps(
     planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
     while (job := planner.next_job()) is not None:
         result, seconds, wall = yield from _run_stage(program, Stage.RECORDS, job)
-        planner.observe(job.count, seconds, wall)
+        planner.observe(job.count, seconds, wall, output_bytes(result))
         ready: list[Outputs] = []
         if tail is None:
             ready.append(result)

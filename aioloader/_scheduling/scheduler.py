@@ -28,7 +28,7 @@ from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
-from aioloader._scheduling.planner import plan_chunks
+from aioloader._scheduling.planner import output_bytes, plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.window import Window
 from aioloader._scheduling.work import Place, SegmentRunner, Work
@@ -208,7 +208,7 @@ class Scheduler:
         self.work_seconds += work.seconds
         self.jobs_done += 1
         if work.stage is Stage.RECORDS:
-            self._planner.observe(work.weight, work.seconds, work.wall)
+            self._planner.observe(work.weight, work.seconds, work.wall, output_bytes(work.payload))
             if self._measuring and not self._hold_for_consumer_locked():
                 self._measuring = False
                 self._wake_workers_locked()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from aioloader import Batch, FilterTransform, IndexSampler, RangeDataSource
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program
 from aioloader._sampling.walk import Walk
-from aioloader._scheduling.planner import TARGET_SECONDS, ChunkPlanner, plan_chunks
+from aioloader._scheduling.planner import CHUNK_BYTES, TARGET_SECONDS, ChunkPlanner, output_bytes, plan_chunks
 
 
 def jobs(planner: ChunkPlanner) -> list[ChunkJob]:
@@ -36,6 +38,31 @@ def test_slow_records_make_chunks_of_one_record() -> None:
     planner = ChunkPlanner((0, 0, 0), 100, 1, 50)
     planner.observe(2, 1.0)
     assert planner.next_size() == 1
+
+
+def test_chunks_are_bounded_in_bytes_by_what_their_outputs_held() -> None:
+    planner = ChunkPlanner((0, 0, 0), 10_000, 1, 10_000)
+    planner.observe(10, 0.0, 0.0, 10 * CHUNK_BYTES // 100)  # free records of a hundredth of the bound
+    assert planner.next_size() == 100
+    batches = ChunkPlanner((0, 0, 0), 10_000, 32, 10_000)
+    batches.observe(32, 0.0, 0.0, 32 * CHUNK_BYTES // 20)  # images: a batch is past the bound
+    assert batches.next_size() == 32  # one batch: never less
+    unknown = ChunkPlanner((0, 0, 0), 10_000, 1, 10_000)
+    unknown.observe(10, 0.0, 0.0, 0)
+    assert unknown.next_size() == 10_000
+
+
+class Outputs:
+    def __init__(self, items: list[object]) -> None:
+        self.items = items
+
+
+def test_output_bytes_are_estimated_from_the_first_output() -> None:
+    image = np.zeros((4, 8, 8, 3), np.float32)
+    assert output_bytes(Outputs([image, image, image])) == 3 * image.nbytes
+    row = {"x": np.int64(1), "tokens": np.arange(5, dtype=np.int32), "text": "abc", "pair": (b"xy", [1.0])}
+    assert output_bytes(Outputs([row, row])) == 2 * (8 + 20 + 3 + 2)
+    assert output_bytes(Outputs([1, 2, 3])) == output_bytes(Outputs([])) == output_bytes(None) == 0
 
 
 def test_fused_chunks_hold_whole_batches() -> None:
