@@ -445,3 +445,22 @@ def test_a_keyboard_interrupt_anywhere_in_next_loses_no_output(workers: int) -> 
             cut.close()
             assert_same_outputs(head + list(resumed), wanted)
     assert interrupted >= 3  # after the lock, after the take, after letting go of the lock
+
+
+@pytest.mark.parametrize(
+    ("other", "differs"),
+    [
+        (IndexSampler(20, shuffle=True, seed=9, num_epochs=1), "its seed differs"),
+        (IndexSampler(20, shuffle=False, num_epochs=2), "its seed, shuffle, num_epochs differ"),
+        (SequentialSampler(20), "its type"),
+    ],
+)
+def test_a_refused_sampler_names_the_fields_that_differ(other: Any, differs: str) -> None:
+    def loader(sampler: Any) -> DataLoader:
+        return DataLoader(data_source=RangeDataSource(0, 20), sampler=sampler, operations=[Batch(4)])
+
+    first = iter(loader(IndexSampler(20, shuffle=True, seed=3, num_epochs=1)))
+    next(first)
+    with pytest.raises(ValueError, match=rf"another sampler \({differs}"):
+        iter(loader(other)).set_state(first.get_state())
+    first.close()

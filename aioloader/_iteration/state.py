@@ -119,8 +119,9 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
     for part in ("sampler", "data_source", "operations"):
         same = same_source if part == "data_source" else operator.eq
         if not same(theirs.get(part), pipeline[part]):
+            differ = _fields_that_differ(theirs.get(part), pipeline[part])
             raise ValueError(
-                f"`state` was made by a pipeline with another {part}: {theirs.get(part)!r}, "
+                f"`state` was made by a pipeline with another {part}{differ}: {theirs.get(part)!r}, "
                 f"but this loader's {part} is {pipeline[part]!r}."
             )
     raw = state.get("position")
@@ -206,3 +207,13 @@ def read_leftovers(state: dict[str, Any], index: int) -> list[int] | None:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _fields_that_differ(theirs: Any, ours: Any) -> str:
+    """` (its seed, shuffle differ)` for two descriptions that are dicts; else nothing."""
+    if not (isinstance(theirs, dict) and isinstance(ours, dict)):
+        return ""
+    names = [name for name in {**theirs, **ours} if theirs.get(name) != ours.get(name)]
+    if not names:
+        return ""
+    return f" (its {', '.join(names)} {'differ' if len(names) > 1 else 'differs'})"
