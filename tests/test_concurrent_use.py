@@ -443,3 +443,28 @@ async def test_an_error_of_an_in_order_stage_under_timeouts_is_raised_not_lost(r
         got, error = await with_timeouts(iterator, 0.0003)
     assert isinstance(error, ValueError)
     assert got == wanted
+
+
+def test_an_engine_that_fails_to_start_lets_go_of_the_loaders_operations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its claim was never released: once the loader was gone, a later loader's operations at
+    # the same address looked held by another engine, and were deep-copied (a transform that
+    # waits in __deepcopy__ hung a test).
+    from aioloader._iteration import engines
+    from aioloader._operations import transforms
+
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 8), sampler=IndexSampler(8, num_epochs=1), worker_count=2
+    )
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no threads today")
+
+    held = dict(transforms._claimed)
+    with monkeypatch.context() as patched:
+        patched.setattr(engines, "WorkerThreads", refuse)
+        with pytest.raises(RuntimeError, match="no threads today"):
+            next(iter(loader))
+    assert transforms._claimed == held
+    assert list(loader) == list(range(8))

@@ -138,10 +138,26 @@ class ThreadedEngine:
     ) -> None:
         threads = spec.read_options.num_threads
         self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
-        program = spec.program(self._read_pool)
-        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
+        program = spec.program(self._read_pool)
+        try:
+            self._start(spec, program, position, loop, prefetch)
+        except BaseException:
+            program.release()  # the loader's operations, claimed: a later engine may run them
+            if self._loop_thread is not None:
+                self._loop_thread.close()
+            raise
+
+    def _start(
+        self,
+        spec: LoaderSpec,
+        program: Program,
+        position: Position,
+        loop: asyncio.AbstractEventLoop | None,
+        prefetch: bool,
+    ) -> None:
+        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         if self.scheduler.needs_async_runner:
             from aioloader._executors.loop_thread import AsyncSegments, LoopThread  # imports asyncio
 

@@ -187,14 +187,15 @@ class Operations(NamedTuple):
         the usual single iterator a deep copy of a large transform."""
         with _claims:
             if id(self) not in _claimed:
-                _claimed.add(id(self))
+                _claimed[id(self)] = self
                 return self, True
         return self.for_worker(), False
 
     def release(self) -> None:
         """Let another engine run these operations (after `claim` returned True)."""
         with _claims:
-            _claimed.discard(id(self))
+            if _claimed.get(id(self)) is self:
+                del _claimed[id(self)]
 
 
 def _described(op: Op) -> str:
@@ -204,9 +205,11 @@ def _described(op: Op) -> str:
     return op.kind.value if seed is None else f"{op.kind.value}(seed={seed})"
 
 
-# The operations that an engine holds (by id: an engine keeps them alive while it does).
+# The operations that an engine holds, by id, each kept alive while claimed: an id is then
+# never another object's (a claim that an engine failing in its constructor never released
+# once made a later loader's operations, at the same address, look held: they were copied).
 _claims = threading.Lock()
-_claimed: set[int] = set()
+_claimed: dict[int, Operations] = {}
 
 
 class Prepared(NamedTuple):
