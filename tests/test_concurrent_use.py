@@ -27,6 +27,7 @@ from aioloader import (
     RecordMetadata,
 )
 from tests.conftest import repeated, wait_for_no_threads
+from tests.support.transforms import ServesFewer
 
 N = 600
 WORKERS: list[int | str] = [0, 2, "auto"]
@@ -374,18 +375,6 @@ def test_a_state_of_a_random_map_with_another_seed_is_refused(build: Any) -> Non
         assert list(same) == list(build(1))[1:]
 
 
-class ServesLess:
-    """Claims 100 records and serves 60: the read of record 60 raises IndexError."""
-
-    def __len__(self) -> int:
-        return 100
-
-    def __getitem__(self, key: int) -> int:
-        if key >= 60:
-            raise IndexError(key)
-        return key
-
-
 def stops_at_40(x: int) -> int:
     if x == 40:
         raise StopIteration("inside the user's map")
@@ -419,7 +408,9 @@ async def test_an_error_under_timeouts_is_raised_not_lost(
     """A timeout that cancelled the close after an error lost the error: the next
     `anext` answered the end of the data (a source that lies, a map that raises)."""
     sampler = IndexSampler(100, num_epochs=1)
-    data = DataLoader(data_source=ServesLess(), sampler=sampler, operations=operations, worker_count=2)
+    data = DataLoader(
+        data_source=ServesFewer(100, 60), sampler=sampler, operations=operations, worker_count=2
+    )
     async with aiter(data) as iterator:
         got, error = await with_timeouts(iterator, 0.002)
     assert isinstance(error, kind)

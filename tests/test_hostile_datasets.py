@@ -43,7 +43,7 @@ import aioloader as al
 from aioloader import report
 from aioloader._sources.arrayrecord.source import array_record_installed
 from tests.support.arrayrecord_files import OPTIONS, Spec
-from tests.support.transforms import LenIs
+from tests.support.transforms import LenIs, ServesFewer
 
 Transform = Callable[[Any], Any]
 Build = Callable[[], Any]  # a fresh dataset (aioloader's IterDataset or MapDataset)
@@ -1365,19 +1365,9 @@ def test_a_source_that_is_no_source_is_named(source: Any, error: type[Exception]
         al.MapDataset.source(source)
 
 
-class ShorterThanItSays:
-    def __len__(self) -> int:
-        return 5
-
-    def __getitem__(self, index: int) -> int:
-        if index >= 3:
-            raise IndexError(index)
-        return index
-
-
 @pytest.mark.parametrize("workers", PREFETCH)
 def test_a_source_shorter_than_its_len_is_an_index_error_not_the_end(workers: int | None) -> None:
-    got, error = drain(with_prefetch(al.MapDataset.source(ShorterThanItSays()).to_iter_dataset(), workers))
+    got, error = drain(with_prefetch(al.MapDataset.source(ServesFewer(5, 3)).to_iter_dataset(), workers))
     assert isinstance(error, IndexError)
     assert got == [0, 1, 2][: len(got)]
 

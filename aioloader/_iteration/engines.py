@@ -106,9 +106,10 @@ def _interpreter_runner(program: Program) -> RunnerFactory:
 
 
 def _copyable(program: Program) -> bool:
-    """Whether the operations can be deep-copied for a worker thread (see `Tuner`)."""
+    """Whether the operations can be deep-copied for a worker thread (see `Tuner`): a copy of
+    them alone (`Program.for_worker` would also add a worker's meter to the statistics)."""
     try:
-        program.for_worker()
+        program.operations.for_worker()
     except TypeError:  # what `Operations.for_worker` says of an operation that cannot be copied
         return False
     return True

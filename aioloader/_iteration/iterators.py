@@ -100,13 +100,13 @@ class _Cursor(Generic[E]):
         if engine is not None:
             now = time.perf_counter()
             waited += 0.0 if since is None else now - since
-            return snapshot(engine.observe(), self.meter, now - self.since, waited=waited)
+            return snapshot(engine.observe(), self.meter, now - self.since, waited)
         # Stopped: after a close from another thread, the consumer counts the outputs
         # it took from the current `Outputs` only when it next steps; count them here.
         # Before the first `next()` there is no engine yet, and no time counts.
         nothing = Observation((), (), (), 0, 0)
         observation, until = self.final or (nothing, self.since)
-        return snapshot(observation, self.meter, until - self.since, self._delivered(), waited=waited)
+        return snapshot(observation, self.meter, until - self.since, waited, self._delivered())
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
         """The engine stops: keep its last figures (its counters, not its data)."""
@@ -121,7 +121,6 @@ class _Cursor(Generic[E]):
         """The consumer waited for outputs since `started`; log the statistics if it is time."""
         now = time.perf_counter()
         self.waits = (self.waits[0] + now - started, None)
-        self.meter.waiting_for_input += now - started
         if logs.interval is not None and now - self.logged >= logs.interval:
             self.logged = now
             logs.debug(self.statistics().summary())

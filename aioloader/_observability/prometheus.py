@@ -50,6 +50,9 @@ class LoaderMetrics:
     def alive(self) -> bool:
         return self._iterator() is not None
 
+    def reports(self, iterator: Any) -> bool:
+        return self._iterator() is iterator
+
     def unregister(self) -> None:
         """Report this iterator no more (idempotent)."""
         self._collector.remove(self)
@@ -66,7 +69,7 @@ class LoadersCollector:
         with self._lock:
             self._entries = [entry for entry in self._entries if entry.alive()]
             for entry in self._entries:
-                if entry.loader == loader or entry._iterator() is iterator:
+                if entry.loader == loader or entry.reports(iterator):
                     raise ValueError(
                         f"this registry reports an iterator as `loader`={entry.loader!r} already: "
                         "give each iterator its own `loader` name, once (or unregister() the other)."

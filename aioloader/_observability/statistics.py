@@ -186,11 +186,11 @@ def _named(found: Sequence[N], name: str, what: str) -> N:
 
 
 def snapshot(
-    observation: Observation, consumer: Meter, elapsed: float, uncounted: int = 0, waited: float | None = None
+    observation: Observation, consumer: Meter, elapsed: float, waited: float, uncounted: int = 0
 ) -> LoaderStatistics:
     """Sum the meters of `observation` (and the consumer's, plus `uncounted` outputs
     delivered that it has not counted yet) into a `LoaderStatistics`; `waited` is the
-    consumer's time waiting for outputs (its meter's, if not given)."""
+    consumer's time waiting for outputs (the cursor's `waits`)."""
     # Downstream first, as each meter copies its own steps (see `Meter.copy_steps`): the
     # consumer, then the meters from the last made (the device thread's) to the first.
     delivered = consumer.copy_steps().get("consumer", (0, 0.0, 0))
@@ -208,7 +208,7 @@ def snapshot(
         threads.append(
             _threads("device", device, sum(s.busy_seconds for s in stages if s.name == "device_put"))
         )
-    waited = consumer.waiting_for_input if waited is None else min(waited, elapsed)
+    waited = min(waited, elapsed)
     stages.append(
         StageStatistics(
             "consumer",

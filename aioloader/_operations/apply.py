@@ -165,12 +165,11 @@ def _filter(op: Op, run: Run, shutdown: Shutdown, filters: FilterWindows | None 
         call_each(flags, kept, run.items, op.label, shutdown)
     except Exception as caught:
         error = caught
-    if error is None and all(flags):
-        if filters is not None:
-            filters.note(op, op.label, len(flags), 0)
-        return
+    dropped = flags.count(False)
     if filters is not None:
-        filters.note(op, op.label, len(flags), flags.count(False))
+        filters.note(op, op.label, len(flags), dropped)
+    if error is None and not dropped:
+        return
     origins = run.origin_list()
     if error is not None:
         run.failure = run.blame(origins[len(flags)], error, op.label)

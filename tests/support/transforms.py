@@ -133,6 +133,22 @@ class LenIs:
         return index
 
 
+class ServesFewer:
+    """A source that lies: its `__len__` says `length`, but it serves the first `served`
+    records only (reading past them raises IndexError)."""
+
+    def __init__(self, length: int, served: int) -> None:
+        self.length, self.served = length, served
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: int) -> int:
+        if key >= self.served:
+            raise IndexError(key)
+        return key
+
+
 class BrokenSource:
     """Picklable, so it is read in the subinterpreters; the chosen keys cannot be read."""
 
