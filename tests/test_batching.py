@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,24 @@ def test_batched_dicts_have_sorted_keys_as_in_jax() -> None:
     elements = [{"z": np.int32(i), "a": {"y": np.arange(2) + i, "b": np.float64(i)}} for i in range(3)]
     wanted = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *elements)
     assert_same_outputs([stack(elements)], [wanted])
+
+
+def test_dict_subclasses_are_matched_by_their_keys_not_by_what_they_answer() -> None:
+    # A defaultdict answers any key: one that lacks "a" but holds "c" (as many keys as
+    # the others) must fail, not batch a default in place of its "a" and drop its "c".
+    lacking = defaultdict(lambda: np.int64(-1), {"b": np.int64(1), "c": np.int64(2)})
+    with pytest.raises(ValueError, match=r"element 1 is not a dict with keys \['a', 'b'\]"):
+        stack([{"a": np.int64(0), "b": np.int64(0)}, lacking])
+    assert "a" not in lacking  # and it was not asked for one
+    alike = [defaultdict(int, {"a": np.int64(i), "b": np.int64(-i)}) for i in range(3)]
+    assert_same_outputs([stack(alike)], [{"a": np.arange(3), "b": -np.arange(3)}])
+
+
+def test_dicts_of_one_length_with_another_key_name_the_element() -> None:
+    elements = [{"a": np.int64(i), "b": np.int64(i)} for i in range(4)]
+    elements[2] = {"a": np.int64(2), "c": np.int64(2)}
+    with pytest.raises(ValueError, match="element 2 is not a dict with keys"):
+        stack(elements)
 
 
 ORDINARY = {

