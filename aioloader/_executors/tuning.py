@@ -202,7 +202,7 @@ class Tuner:
         """End a trial: keep its level if it delivered `MARGIN` times faster (and try the next
         at once), else go back and wait twice as long as last time before the next trial.
 
-        A trial that started workers, unless it wins at once, runs a second phase and is
+        A trial that started new workers, unless it wins at once, runs a second phase and is
         judged by the faster, as the level it left is: a new thread may start late (on
         3.13t, tens of milliseconds on a busy machine), and one phase without it lost a
         trial that won by 1.8 times later."""
@@ -234,7 +234,9 @@ class Tuner:
             if level and not self._workers_may_start():
                 return
             self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
-            self._trial_phases = 2 if level > self.level else 1
+            # Workers waiting already (a fixed `worker_count` tried from level 0) need no
+            # second phase: a losing trial of them on 3.11 ran at a third of level 0's rate.
+            self._trial_phases = 2 if level > self._workers.count() else 1
             self._set(level)
 
     def _workers_may_start(self) -> bool:
