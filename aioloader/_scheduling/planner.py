@@ -34,6 +34,9 @@ WALL_SECONDS = 0.01  # ... and at most this much wall time (see `ChunkPlanner.ne
 # 32-image batches (3 MiB), ran at 0.67x a plain loop inline on an AMD EPYC (3.11), and at
 # 0.94x in chunks of one batch; on 3.13t 0.70x and 0.79x, and 0.95x and 1.01x with 2 workers.
 CHUNK_BYTES = 1 << 20
+# ... and the chunks in flight, past one a worker and two more, at most this many bytes of
+# outputs together (see `Scheduler._room_locked`).
+WINDOW_BYTES = 8 << 20
 FIRST_CHUNK_RECORDS = 1
 
 
@@ -76,6 +79,11 @@ class ChunkPlanner:
         self._wall_per_record = _smoothed(self._wall_per_record, wall / records)
         if nbytes > 0:
             self._bytes_per_record = _smoothed(self._bytes_per_record, nbytes / records)
+
+    @property
+    def bytes_per_record(self) -> float | None:
+        """The bytes of output a record made in the chunks so far (None: not known yet)."""
+        return self._bytes_per_record
 
     def next_size(self) -> int:
         """How many records the next chunk should hold (a multiple of `multiple`)."""

@@ -28,7 +28,7 @@ from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program, Stage
-from aioloader._scheduling.planner import output_bytes, plan_chunks
+from aioloader._scheduling.planner import WINDOW_BYTES, output_bytes, plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.window import Window
 from aioloader._scheduling.work import Place, SegmentRunner, Work
@@ -71,7 +71,7 @@ class Scheduler:
         self._result_ready = Wakeup(self._lock)
         # Several chunks per worker must fit in the window, or workers starve.
         self._shared_chunks = capacity // (workers + 1)
-        self._capacity = capacity
+        self._capacity, self._workers = capacity, workers
         self._planner, self._tail = plan_chunks(program, position, self._shared_chunks)
         self.records = _Stage(Stage.RECORDS, Window(capacity))
         self.batches: _Stage | None = None  # the tail plan's second stage
@@ -142,7 +142,7 @@ class Scheduler:
 
     def _wait_counted_locked(self, meter: Meter) -> None:
         records = self.records
-        full = not records.exhausted and not records.window.fits(self._planner.peek())
+        full = not records.exhausted and not self._room_locked(self._planner.peek())
         started = time.perf_counter()
         self._work_ready.wait()
         if full:
@@ -163,7 +163,7 @@ class Scheduler:
         records = self.records
         if self._measuring or records.exhausted:
             return None
-        if not records.window.fits(self._planner.peek()):
+        if not self._room_locked(self._planner.peek()):
             return None
         job = self._planner.next_job()
         if job is None:
@@ -172,6 +172,19 @@ class Scheduler:
             return self._new_work_locked()  # the tail's last batches may be waiting now
         self._measuring = records.issued == 0
         return self._issue_locked(records, job, job.count)
+
+    def _room_locked(self, records: int) -> bool:
+        """Whether a chunk of `records` fits the records window: within its capacity and,
+        once `workers + 2` such chunks are in flight (one a worker, one done, one
+        spare), within `WINDOW_BYTES` of outputs. Records of 37 KB (64x64x3 images) filled
+        Grain's default window of 500 with 18 MiB while the consumer took one batch."""
+        window = self.records.window
+        if not window.fits(records):
+            return False
+        per_record = self._planner.bytes_per_record
+        if per_record is None or window.in_use < (self._workers + 2) * records:
+            return True
+        return (window.in_use + records) * per_record <= WINDOW_BYTES
 
     def _issue_locked(self, stage: _Stage, job: Any, weight: int) -> Work:
         stage.window.take(weight)

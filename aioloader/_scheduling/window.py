@@ -28,6 +28,11 @@ class Window:
         self.capacity = capacity
         self._in_use = self._peak = 0
 
+    @property
+    def in_use(self) -> int:
+        """The weight in flight now."""
+        return self._in_use
+
     def fits(self, weight: int) -> bool:
         """True when `weight` more may be taken now."""
         return self._in_use == 0 or self._in_use + weight <= self.capacity

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 
-from aioloader import Batch, FilterTransform, IndexSampler, RangeDataSource
+from aioloader import Batch, FilterTransform, IndexSampler, MapTransform, RangeDataSource
 from aioloader._common.positions import Position
 from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program, Stage
 from aioloader._sampling.walk import Walk
+from aioloader._scheduling.planner import WINDOW_BYTES
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Place, Work
 
@@ -101,6 +103,37 @@ def test_the_window_holds_work_back_until_the_consumer_releases() -> None:
     scheduler.release(found[1])
     assert take(scheduler).payload == ChunkJob(9, 4)
     assert scheduler.records.window.statistics().peak == 8
+
+
+class Mebibyte(MapTransform):
+    def map(self, element: int) -> np.ndarray:
+        return np.full(1 << 18, element, dtype=np.float32)  # 1 MiB a record
+
+
+def test_large_records_fill_the_window_up_to_its_bytes_not_its_count() -> None:
+    scheduler = scheduler_of([Mebibyte()], n=100, capacity=64, workers=1)
+    finish(scheduler, take(scheduler))  # the first chunk: its outputs' size is known from it
+    assert [x[0] for x in outputs(scheduler)] == [0]
+    held = []
+    while (work := scheduler.next_work(wait=False)) is not None:
+        held.append(work)
+    assert [work.weight for work in held] == [1] * (WINDOW_BYTES >> 20)  # 8 chunks of one record
+    for work in held:
+        finish(scheduler, work)
+    assert scheduler.next_work(wait=False) is None  # the window's bytes are taken
+    assert [x[0] for x in outputs(scheduler)] == [1]
+    assert take(scheduler).weight == 1  # one delivered: one more may go
+    assert scheduler.records.window.statistics().peak == WINDOW_BYTES >> 20
+
+
+def test_a_chunk_a_worker_and_two_more_go_out_whatever_their_bytes() -> None:
+    scheduler = scheduler_of([Mebibyte()], n=100, capacity=64, workers=12)
+    finish(scheduler, take(scheduler))
+    outputs(scheduler)
+    held = []
+    while (work := scheduler.next_work(wait=False)) is not None:
+        held.append(work)
+    assert len(held) == 12 + 2  # past 8 MiB: every worker has a chunk, with two to spare
 
 
 def test_every_record_once_then_the_end() -> None:
