@@ -29,14 +29,20 @@ class Index:
         found = self.get(interpreter, workload, loader, workers)
         return None if found is None else found["steady_rate"]
 
+    def reference(self, c: Summary, against: str = "plain") -> Summary | None:
+        """The plain loop's run beside `c`; with `against="pool"`, the ideal thread pool's with as
+        many threads as `c` has workers (the plain loop's for none)."""
+        if against == "pool" and c["workers"]:
+            return self.get(c["interpreter"], c["workload"], "pool", c["workers"])
+        return self.get(c["interpreter"], c["workload"], "plain", 0)
+
     def plain(self, c: Summary) -> float | None:
-        return self.rate(c["interpreter"], c["workload"], "plain", 0)
+        found = self.reference(c)
+        return None if found is None else found["steady_rate"]
 
     def pool(self, c: Summary) -> float | None:
-        """The ideal thread pool with as many threads as `c` has workers (the plain loop for none)."""
-        if c["workers"] == 0:
-            return self.plain(c)
-        return self.rate(c["interpreter"], c["workload"], "pool", c["workers"])
+        found = self.reference(c, "pool")
+        return None if found is None else found["steady_rate"]
 
     def vs_plain(self, c: Summary) -> float | None:
         return _ratio(c["steady_rate"], self.plain(c))
@@ -85,13 +91,13 @@ def _at_least(
     c = index.get(interpreter, workload, "aioloader", workers)
     if c is None:
         return Target(title, "not measured", None)
-    base = index.plain(c) if against == "plain" else index.pool(c)
+    reference = index.reference(c, against)
+    base = None if reference is None else reference["steady_rate"]
     ratio = _ratio(c["steady_rate"], base)
-    if ratio is None:
+    if reference is None or ratio is None:
         return Target(title, "not measured", None)
     measured = f"{ratio:.2f}x ({rate_text(c['steady_rate'])} vs {rate_text(base)} rec/s)"
-    reference_config = index.get(interpreter, workload, against, 0 if against == "plain" else workers)
-    whole = _ratio(c.get("rate"), None if reference_config is None else reference_config.get("rate"))
+    whole = _ratio(c.get("rate"), reference.get("rate"))
     if whole is not None:
         # Shown, not judged: the whole run counts what each pays before its first batch (the
         # plain loop's permutation of every key, the loader's start).

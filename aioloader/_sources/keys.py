@@ -74,7 +74,7 @@ def require_key(key: Any, total: int) -> int:
 
     Without NumPy: sources read in a subinterpreter (SQLite's) call it, where NumPy
     cannot load."""
-    if isinstance(key, bool):  # (NumPy's bool `operator.index` refuses; no NumPy here: see below)
+    if isinstance(key, bool):  # a NumPy bool needs no check: `operator.index` refuses it
         raise TypeError(f"`key` must be an integer, got the bool {key!r}.")
     try:
         index = operator.index(key)
