@@ -31,7 +31,12 @@ from aioloader import (
 )
 from aioloader._executors.interpreter import executor
 from aioloader._executors.interpreter.prelude import Unavailable
-from aioloader._executors.interpreter.subinterpreters import RemoteTraceback, SubinterpreterError, unavailable
+from aioloader._executors.interpreter.subinterpreters import (
+    RemoteTraceback,
+    Subinterpreter,
+    SubinterpreterError,
+    unavailable,
+)
 from tests.conftest import aioloader_threads, wait_for_no_threads
 from tests.support import tracked
 from tests.support import transforms as ops
@@ -447,6 +452,33 @@ def test_stopping_destroys_every_subinterpreter(how: str) -> None:
         asyncio.run(run())
     gc.collect()
     assert aioloader_threads() == []
+    assert live_interpreters() == before
+
+
+@needs_subinterpreters
+def test_many_threads_start_and_destroy_subinterpreters_at_once() -> None:
+    """CPython 3.13.0 can fail `interpreter creation failed` when threads create and
+    destroy subinterpreters at once (cpython gh-109700); aioloader's workers do just
+    that as they start and stop together, so every one of these must start and run."""
+    before = live_interpreters()
+    failures: list[BaseException] = []
+    go = threading.Barrier(8)
+
+    def start_and_destroy() -> None:
+        go.wait()
+        for _ in range(4):
+            try:
+                with Subinterpreter() as interpreter:
+                    interpreter.run("import json, decimal")
+            except BaseException as error:  # every failure is the finding
+                failures.append(error)
+
+    threads = [threading.Thread(target=start_and_destroy) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
     assert live_interpreters() == before
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from collections.abc import Callable
 from types import CodeType, ModuleType, TracebackType
 from typing import Any
@@ -31,6 +32,11 @@ from aioloader._executors.interpreter import prelude as _subinterpreter_prelude
 _BOOTSTRAP = "import runpy\nrunpy.run_path(_aioloader_prelude)['prepare'](_aioloader_path)\n"
 _HEADER = 8  # bytes of the result's size, at the start of the shared buffer (3.13)
 _FIRST_BUFFER = 1 << 20
+# One subinterpreter is created or destroyed at a time in this process: CPython
+# 3.13.0 sometimes fails `interpreter creation failed` when threads do it at once
+# (cpython gh-109700, fixed in later releases). A worker does each once, so the
+# lock costs a few milliseconds at start, never a record.
+_LIFECYCLE = threading.Lock()
 
 
 class SubinterpreterError(RuntimeError):
@@ -131,7 +137,8 @@ class _HighLevel:
 
     def __init__(self, interpreters: ModuleType) -> None:
         self._failed: Any = interpreters.ExecutionFailed
-        self._interpreter: Any = interpreters.create()  # isolated, with its own GIL, by default
+        with _LIFECYCLE:
+            self._interpreter: Any = interpreters.create()  # isolated, with its own GIL, by default
 
     def ready(self) -> None:
         pass
@@ -154,7 +161,8 @@ class _HighLevel:
     def close(self) -> None:
         interpreter, self._interpreter = self._interpreter, None
         if interpreter is not None:
-            interpreter.close()
+            with _LIFECYCLE:
+                interpreter.close()
 
 
 class _LowLevel:
@@ -162,7 +170,8 @@ class _LowLevel:
 
     def __init__(self, interpreters: ModuleType) -> None:
         self._interpreters = interpreters
-        self._id: int | None = interpreters.create(interpreters.new_config("isolated"))
+        with _LIFECYCLE:
+            self._id: int | None = interpreters.create(interpreters.new_config("isolated"))
         self._buffer = bytearray()
         self._calls: dict[Callable[[bytes], bytes], CodeType] = {}
 
@@ -213,7 +222,8 @@ class _LowLevel:
     def close(self) -> None:
         interpreter_id, self._id = self._id, None
         if interpreter_id is not None:
-            self._interpreters.destroy(interpreter_id)
+            with _LIFECYCLE:
+                self._interpreters.destroy(interpreter_id)
 
 
 def put(buffer: memoryview, data: bytes) -> None:
