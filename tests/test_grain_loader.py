@@ -173,6 +173,60 @@ def test_the_guides_pipeline_gives_grains_batches() -> None:
     assert_same_outputs(list(loader), wanted)
 
 
+def double(x: int) -> int:
+    return 2 * x
+
+
+def not_a_multiple_of_3(x: int) -> bool:
+    return x % 3 != 0
+
+
+def plus_a_draw(x: int, rng: np.random.Generator) -> int:
+    return x + int(rng.integers(1000))
+
+
+def legacy_operations(gp: Any, batch_fn: Any = None) -> list[Any]:
+    """Grain's deprecated operations, which Grain applies to the whole stream of records."""
+    return [
+        gp.MapOperation(double),
+        gp.FilterOperation(not_a_multiple_of_3),
+        gp.RandomMapOperation(plus_a_draw),
+        gp.BatchOperation(batch_size=3, drop_remainder=False, batch_fn=batch_fn),
+    ]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_fn", [None, list], ids=["default-stacking", "batch_fn"])
+def test_grains_deprecated_operations_give_grains_batches(workers: int, batch_fn: Any) -> None:
+    """`MapOperation`, `FilterOperation`, `RandomMapOperation` and `BatchOperation` run as
+    the transforms of the same meaning (Grain's per-worker stream at `worker_count=0` is
+    the stream), with a DeprecationWarning that names the successor at the user's line."""
+    gp = grain_python()
+    wanted = list(
+        gp.DataLoader(
+            data_source=gp.RangeDataSource(0, 20, 1),
+            sampler=gp.IndexSampler(20, gp.NoSharding(), shuffle=True, num_epochs=2, seed=4),
+            operations=legacy_operations(gp, batch_fn),
+        )
+    )
+    with pytest.warns(DeprecationWarning, match="is deprecated") as warned:
+        loader = al.DataLoader(
+            data_source=al.RangeDataSource(0, 20, 1),
+            sampler=al.IndexSampler(20, al.NoSharding(), shuffle=True, num_epochs=2, seed=4),
+            operations=legacy_operations(gp, batch_fn),
+            worker_count=workers,
+        )
+    assert {str(w.message).split(" is ")[0] for w in warned} == {
+        "Grain's MapOperation",
+        "Grain's FilterOperation",
+        "Grain's RandomMapOperation",
+        "Grain's BatchOperation",
+    }
+    assert {w.filename for w in warned} == {__file__}
+    assert len(wanted) == 9  # 26 of the 40 records are kept, in batches of 3
+    assert_same_outputs(list(loader), wanted)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("drop_remainder", [False, True])
 def test_no_two_records_of_any_two_shards_share_a_generator(workers: int, drop_remainder: bool) -> None:

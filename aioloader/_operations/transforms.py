@@ -16,7 +16,10 @@ from __future__ import annotations
 import abc
 import copy
 import inspect
+import os
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -239,14 +242,23 @@ _METHODS = (
     (FlatMapTransform, "FlatMap", Kind.FLAT_MAP, "flat_map"),
 )
 _GRAIN_MODULE = "grain._src.core.transforms"
+# Grain's deprecated operations (`grain.python.MapOperation`, ...): each holds the user's
+# function in a field and applied it to the whole stream of records; here each becomes
+# the per-record operation of the same meaning. The class, the kind, the field, its successor.
+_LEGACY = (
+    ("MapOperation", Kind.MAP, "map_function", "MapTransform"),
+    ("RandomMapOperation", Kind.RANDOM_MAP, "random_map_function", "RandomMapTransform"),
+    ("FilterOperation", Kind.FILTER, "condition_function", "FilterTransform"),
+)
+_LEGACY_MODULE = "grain._src.python.operations"
 
 
-def is_grain(transform: Any, name: str) -> bool:
+def is_grain(transform: Any, name: str, module: str = _GRAIN_MODULE) -> bool:
     """True for an instance of Grain's transform class `name` (`Map`, `Batch`, ...).
 
     Grain's classes are recognised by their module and name, so Grain need not be
     installed (nor imported) for aioloader to accept them."""
-    return any(c.__module__ == _GRAIN_MODULE and c.__name__ == name for c in type(transform).__mro__)
+    return any(c.__module__ == module and c.__name__ == name for c in type(transform).__mro__)
 
 
 def is_async(function: Any) -> bool:
@@ -281,7 +293,26 @@ def own_batch(operation: Any) -> Batch | None:
         return operation
     if is_grain(operation, "Batch"):
         return Batch(operation.batch_size, operation.drop_remainder, operation.batch_fn)
+    if is_grain(operation, "BatchOperation", _LEGACY_MODULE):
+        _deprecated("BatchOperation", "Batch")
+        # Its default `batch_fn` is its own stacking, bound to it: stack as Batch does.
+        batch_fn = getattr(operation, "batch_fn", None)
+        default = getattr(batch_fn, "__func__", None) is getattr(type(operation), "_default_batch_fn", 0)
+        return Batch(operation.batch_size, operation.drop_remainder, None if default else batch_fn)
     return None
+
+
+def _deprecated(legacy: str, current: str) -> None:
+    # Pointed at the user's line: the first frame outside this package.
+    package, frame, level = os.path.dirname(os.path.dirname(__file__)), sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"Grain's {legacy} is deprecated (Grain logs an error for it): aioloader runs it as "
+        f"{current}, which it is; write {current}.",
+        DeprecationWarning,
+        stacklevel=level,
+    )
 
 
 def compile_operations(operations: Iterable[Any]) -> Operations:
@@ -318,6 +349,10 @@ def _compile_one(position: int, operation: Any) -> Op:
             f"`{name}` is a MapWithIndexTransform, which a DataLoader does not take (nor does Grain's): "
             f"use `MapDataset.map_with_index` or `IterDataset.map_with_index`, got {operation!r}."
         )
+    for legacy, kind, field, current in _LEGACY:
+        if is_grain(operation, legacy, _LEGACY_MODULE):
+            _deprecated(legacy, current)
+            return Op(kind, operation, field, name, f"{legacy}.{field}")
     for base, grain_name, kind, method in _METHODS:
         if isinstance(operation, base) or is_grain(operation, grain_name):
             what = f"{type(operation).__name__}.{method}"
