@@ -39,6 +39,16 @@ class HoldsALock(MapTransform):
         return element
 
 
+def whole_stream(records: Any) -> Any:
+    """A Grain legacy operation: Grain's DataLoader calls a plain callable with every record."""
+    yield from records
+
+
+class WholeStream:
+    def __call__(self, records: Any) -> Any:
+        yield from records
+
+
 @pytest.mark.parametrize(
     ("overrides", "error", "message"),
     [
@@ -63,6 +73,16 @@ class HoldsALock(MapTransform):
         ({"operations": "map"}, TypeError, r"`operations` must be a list or tuple"),
         ({"operations": [Batch(2), Batch(3)]}, ValueError, r"at most one Batch, got 2"),
         ({"operations": [lambda x: x, 17]}, TypeError, r"`operations\[1\]` must be a MapTransform.*got 17"),
+        (
+            {"operations": [lambda x: x, whole_stream]},
+            TypeError,
+            r"`operations\[1\]` \(whole_stream\) is a generator function.*Grain's legacy operations",
+        ),
+        (
+            {"operations": [WholeStream()]},
+            TypeError,
+            r"`operations\[0\]` \(WholeStream\) is a generator function",
+        ),
     ],
     ids=[
         "negative-workers",
@@ -78,6 +98,8 @@ class HoldsALock(MapTransform):
         "string-operations",
         "two-batches",
         "int-operation",
+        "legacy-generator-operation",
+        "legacy-generator-object",
     ],
 )
 def test_loader_arguments(overrides: dict[str, Any], error: type[Exception], message: str) -> None:

@@ -268,6 +268,13 @@ def is_async(function: Any) -> bool:
     )
 
 
+def _is_generator_function(function: Any) -> bool:
+    """True for a generator function or method, or an object whose `__call__` is one."""
+    return inspect.isgeneratorfunction(function) or inspect.isgeneratorfunction(
+        getattr(function, "__call__", None)  # noqa: B004 - a callable object's __call__
+    )
+
+
 def refuse_class(name: str, operation: Any) -> None:
     """A transform class given where an instance belongs (`[Scale]` for `[Scale()]`) would be
     called on every element as a plain callable: a TypeError naming `name` instead."""
@@ -363,6 +370,14 @@ def _compile_one(position: int, operation: Any) -> Op:
             return Op(kind, operation, method, name, what)
     if callable(operation):
         what = getattr(operation, "__qualname__", type(operation).__name__)
+        if _is_generator_function(operation):
+            # Grain's DataLoader calls a plain callable with the whole stream of records (its
+            # legacy operations); here it is a map, which would batch generator objects.
+            raise TypeError(
+                f"`{name}` ({what}) is a generator function: a plain callable is a map here, called "
+                f"on each record, and its generators would be the records. Grain's legacy operations "
+                f"took the whole stream: write a MapTransform, FilterTransform or FlatMapTransform."
+            )
         return Op(Kind.ASYNC_MAP if is_async(operation) else Kind.MAP, operation, "", name, what)
     raise TypeError(
         f"`{name}` must be a MapTransform, RandomMapTransform, FilterTransform, FlatMapTransform, Batch "
