@@ -161,6 +161,28 @@ def test_an_operation_that_cannot_be_copied_is_named_when_iteration_starts() -> 
         [next(iterator) for _ in range(2)]
 
 
+class RefusesPickling(MapTransform):
+    def __getstate__(self) -> Any:
+        raise ValueError("I shall not be pickled")
+
+    def map(self, element: Any) -> Any:
+        return element
+
+
+@pytest.mark.parametrize("workers", [2, "auto"])
+def test_the_copys_own_error_arrives_as_itself_with_the_operation_named(workers: Any) -> None:
+    """Grain raises its pickling's error as is (Grain's own `test_fails_to_pickle` expects
+    this ValueError); here the copy's error arrives the same, with a note naming the
+    operation. "auto" then keeps the operation in the consumer's thread instead."""
+    iterator = iter(make(operations=[RefusesPickling()], worker_count=workers))
+    if workers == "auto":
+        assert [int(x) for x in iterator] == list(range(10))
+        return
+    with pytest.raises(ValueError, match="I shall not be pickled") as raised:
+        [next(iterator) for _ in range(2)]
+    assert "`operations[0]` (RefusesPickling.map) cannot be deep-copied" in notes(raised.value)
+
+
 def test_a_transform_that_opts_out_of_copies_is_shared() -> None:
     class Shared(HoldsALock):
         def __deepcopy__(self, memo: dict[int, Any]) -> Shared:

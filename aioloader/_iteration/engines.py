@@ -110,7 +110,7 @@ def _copyable(program: Program) -> bool:
     them alone (`Program.for_worker` would also add a worker's meter to the statistics)."""
     try:
         program.operations.for_worker()
-    except TypeError:  # what `Operations.for_worker` says of an operation that cannot be copied
+    except Exception:  # the copy's own error (a lock's TypeError, a `__getstate__` that refuses)
         return False
     return True
 

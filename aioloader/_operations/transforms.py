@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioloader._common.failures import note
 from aioloader._common.validation import bool_field, int_field
 
 
@@ -174,10 +175,13 @@ class Operations(NamedTuple):
             try:
                 target = copy.deepcopy(op.target, memo)
             except Exception as error:
-                raise TypeError(
-                    f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread "
-                    f"({type(error).__name__}: {error}); define __deepcopy__ returning self to share it."
-                ) from error
+                # The copy's own error, as Grain raises its pickling's: the same `except` catches it.
+                note(
+                    error,
+                    f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread; "
+                    f"define __deepcopy__ returning self to share it.",
+                )
+                raise
             return Op(op.kind, target, op.method, op.name, op.what, op.rng)
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
