@@ -26,8 +26,7 @@ class Index:
         return self._by_key.get((interpreter, workload, loader, workers))
 
     def rate(self, interpreter: str, workload: str, loader: str, workers: int) -> float | None:
-        found = self.get(interpreter, workload, loader, workers)
-        return None if found is None else found["steady_rate"]
+        return _steady(self.get(interpreter, workload, loader, workers))
 
     def reference(self, c: Summary, against: str = "plain") -> Summary | None:
         """The plain loop's run beside `c`; with `against="pool"`, the ideal thread pool's with as
@@ -37,12 +36,10 @@ class Index:
         return self.get(c["interpreter"], c["workload"], "plain", 0)
 
     def plain(self, c: Summary) -> float | None:
-        found = self.reference(c)
-        return None if found is None else found["steady_rate"]
+        return _steady(self.reference(c))
 
     def pool(self, c: Summary) -> float | None:
-        found = self.reference(c, "pool")
-        return None if found is None else found["steady_rate"]
+        return _steady(self.reference(c, "pool"))
 
     def vs_plain(self, c: Summary) -> float | None:
         return _ratio(c["steady_rate"], self.plain(c))
@@ -53,6 +50,11 @@ class Index:
     def memory_vs_plain(self, c: Summary) -> float | None:
         plain = self.get(c["interpreter"], c["workload"], "plain", 0)
         return None if plain is None else _ratio(c["peak_mib"], plain["peak_mib"])
+
+
+def _steady(found: Summary | None) -> float | None:
+    """A run's rate from its first batch, if it was measured."""
+    return None if found is None else found["steady_rate"]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -92,7 +94,7 @@ def _at_least(
     if c is None:
         return Target(title, "not measured", None)
     reference = index.reference(c, against)
-    base = None if reference is None else reference["steady_rate"]
+    base = _steady(reference)
     ratio = _ratio(c["steady_rate"], base)
     if reference is None or ratio is None:
         return Target(title, "not measured", None)

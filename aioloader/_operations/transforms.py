@@ -267,16 +267,17 @@ def is_grain(transform: Any, name: str, module: str = _GRAIN_MODULE) -> bool:
 
 def is_async(function: Any) -> bool:
     """True for an `async def` function or method, or an object whose `__call__` is one."""
-    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
-        getattr(function, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
+    return _it_or_its_call(inspect.iscoroutinefunction, function)
 
 
 def _is_generator_function(function: Any) -> bool:
     """True for a generator function or method, or an object whose `__call__` is one."""
-    return inspect.isgeneratorfunction(function) or inspect.isgeneratorfunction(
-        getattr(function, "__call__", None)  # noqa: B004 - a callable object's __call__
-    )
+    return _it_or_its_call(inspect.isgeneratorfunction, function)
+
+
+def _it_or_its_call(test: Callable[[Any], bool], function: Any) -> bool:
+    """`test` of a function, or of a callable object's `__call__`."""
+    return test(function) or test(getattr(function, "__call__", None))  # noqa: B004 - an object's __call__
 
 
 def refuse_class(name: str, operation: Any) -> None:
