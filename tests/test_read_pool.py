@@ -254,3 +254,43 @@ def test_the_read_threads_start_one_another(monkeypatch: pytest.MonkeyPatch) -> 
         ("aioloader-read-0", "aioloader-read-1"),
         ("aioloader-read-1", "aioloader-read-2"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("durations", "in_the_caller"),
+    [
+        # The first two reads slow: the rest of the chunk goes to the pool, not engaged by it.
+        ([1e-3, 1e-3], 2),
+        # A fast read first, or a slow one then a fast one (a file opened by the first read):
+        # four reads timed, and the rest of the chunk read here.
+        ([1e-6, 1e-3, 1e-3, 1e-3], 16),
+        ([1e-3, 1e-6, 1e-3, 1e-6], 16),
+        ([1e-6] * 4, 16),
+    ],
+)
+def test_the_first_two_reads_slow_send_the_rest_of_the_chunk_to_the_pool(
+    durations: list[float], in_the_caller: int, clock: VirtualClock
+) -> None:
+    """The first chunk is a whole batch that the first output waits for: once its first two
+    reads have each been slow, the rest are read at once rather than timed one by one up to
+    four. Only four slow reads in a row engage the pool for every later chunk."""
+    pool = read_pool.ReadPool(4)
+    readers: dict[int, str] = {}
+
+    def read(key: int) -> int:
+        readers[key] = threading.current_thread().name
+        clock.advance(durations[key] if key < len(durations) else 1e-3)
+        return key * 2
+
+    try:
+        assert list(pool.probing_map(read, list(range(16)))) == [key * 2 for key in range(16)]
+        assert not pool.engaged
+        caller = threading.current_thread().name
+        assert [key for key in range(16) if readers[key] == caller] == list(range(in_the_caller))
+        if in_the_caller == 2:  # the next chunk times four reads again: once per loader
+            readers.clear()
+            assert list(pool.probing_map(read, list(range(16, 32)))) == [key * 2 for key in range(16, 32)]
+            assert [key for key in range(16, 32) if readers[key] == caller] == list(range(16, 18))
+            assert pool.engaged  # four slow reads in a row: 0, 1, 16, 17
+    finally:
+        pool.close()

@@ -11,7 +11,13 @@ that took more than `SLOW_READ_SECONDS` a record makes the pool suspicious
 (as it is at first), and while it is, workers time the first `PROBE_READS` reads of each chunk one
 by one (`probing_map`): once the last `PROBE_READS` reads timed have *each*
 taken more than `SLOW_READ_SECONDS`, the pool is engaged; once they show a
-fast read, it is no longer suspicious. Engaged, every worker sends its
+fast read, it is no longer suspicious. The first chunk is a batch that the
+first output waits for: a source of 2 ms reads took 8 ms to time four of its
+reads one by one before the other 28 were read at once. So when the first
+two reads ever timed (`FIRST_SLOW_READS`, both of the first chunk) were both
+slow, the rest of that chunk goes to the pool at once, which is not engaged
+by it (a file opened by the first read makes one slow read, not two; once
+per loader, at most one chunk's reads move). Engaged, every worker sends its
 chunks' keys to a pool of `num_threads` threads (`aioloader-read-{i}`,
 started then, each starting the next), which reads them concurrently, in order. Each read must be
 slow, not their sum: a worker that waited for the GIL or for a core once in
@@ -49,6 +55,7 @@ from aioloader._common.calls import Stopped
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
+FIRST_SLOW_READS = 2  # ... and the first reads timed that, slow, send the rest of their chunk there
 # What times the reads; a pool takes it when it is made. Tests put a clock of
 # their own here, so that what counts as slow does not depend on the machine's load.
 CLOCK: Callable[[], float] = time.perf_counter
@@ -205,34 +212,44 @@ class ReadPool:
 
     def probing_map(self, read: Callable[[int], Any], keys: Sequence[int]) -> Iterator[Any]:
         """`map(read, keys)`, timing the first reads; if they show that reads wait,
-        the rest go through the pool, and so will every later chunk's."""
-        probed = keys[:PROBE_READS]
+        the rest go through the pool, and so will every later chunk's. The
+        first two reads ever timed, both slow, send the rest of their chunk there
+        (see the module docstring)."""
+        timed_count, split = 0, False
 
         def timed() -> Iterator[Any]:
-            for key in probed:
+            nonlocal timed_count, split
+            for key in keys[:PROBE_READS]:
                 with self._slots:
                     started = self.clock()
                     item = read(key)
-                    self._record(self.clock() - started)
+                    first_slow = self._record(self.clock() - started)
+                timed_count += 1
+                split = first_slow and timed_count == FIRST_SLOW_READS  # both this chunk's
                 yield item
+                if self.engaged or split:
+                    return
 
         def parts() -> Iterator[Iterator[Any]]:
             yield timed()
-            if not self.engaged and len(self._timed) == PROBE_READS:
+            if not (self.engaged or split) and len(self._timed) == PROBE_READS:
                 self.suspicious = False  # a fast read among the last ones: a hiccup
-            rest = keys[len(probed) :]
-            yield self.map(read, rest) if self.engaged else map(read, rest)
+            rest = keys[timed_count:]
+            yield self.map(read, rest) if self.engaged or split else map(read, rest)
 
         # Lazily chained, so that `list.extend` still counts the records read
         # before one that raises; the rest is `map` itself, at C speed.
         return itertools.chain.from_iterable(parts())
 
-    def _record(self, seconds: float) -> None:
-        """Note how long a read took; engage the pool if the last `PROBE_READS` were all slow."""
+    def _record(self, seconds: float) -> bool:
+        """Note how long a read took; engage the pool if the last `PROBE_READS` were all slow.
+        True when this was the last of the `FIRST_SLOW_READS` first reads ever timed, all slow."""
         with self._lock:  # other workers time their reads too
-            self._timed.append(seconds)
-            if len(self._timed) == PROBE_READS and min(self._timed) > SLOW_READ_SECONDS:
+            timed = self._timed
+            timed.append(seconds)
+            if len(timed) == PROBE_READS and min(timed) > SLOW_READ_SECONDS:
                 self.engaged = True
+            return len(timed) == FIRST_SLOW_READS and min(timed) > SLOW_READ_SECONDS
 
     def close(self) -> None:
         """Skip the reads not started (their callers get `Stopped`), and join the threads

@@ -57,6 +57,8 @@ _FEW = 16  # below this many positions, plain ints beat numpy's fixed cost per c
 _TABLED_ROUNDS = 8  # up to this many rounds, a table per round key (at most 512 KiB each)
 RANGE_BLOCK = 16384  # consecutive positions computed together by `index_shuffle_range` (128 KiB)
 _RANGE_BLOCKS_KEPT = 8  # per permutation: more than the chunks that workers hold at once
+_SLICE = 4096  # positions encrypted together by `_whole_permutation`: 32 KiB arrays, reused
+_SQUARINGS = 5  # ... and how often it squares its table of jumps (see there)
 _Word = TypeVar("_Word", int, "np.ndarray")  # a string: NumPy may be a stand-in (subinterpreters)
 
 
@@ -303,22 +305,32 @@ class _Cipher:
     def _whole_permutation(self) -> np.ndarray:
         """The permutation of `[0, max_index]` when few of the block's values are in range.
 
-        Cycle walking would take thousands of passes. Instead: `jump[y]` is `y`
+        Cycle walking would take hundreds of passes. Instead: `jump[y]` is `y`
         for values in range and the cipher's image otherwise; squaring it
-        (`jump = jump[jump]`) doubles how far each pointer has walked, and
-        values in range stay put, so after at most `bits` squarings each
-        position's image points at the first in-range value along its cycle.
+        (`jump = jump[jump]`) doubles how far each pointer walks, and values in
+        range stay put, so after `_SQUARINGS` squarings each position walks the
+        rest of its way in steps of `2 ** _SQUARINGS`. In int32, and encrypted a
+        slice at a time: this runs before a loader's first batch, where fresh
+        memory is most of the cost (a page fault takes microseconds on a virtual
+        machine), and the 65,536-entry arrays of int64 it made took 3-5 ms.
         """
-        block = np.arange(1 << (2 * self._word), dtype=self._whole)  # 65,536 values
-        left, right = self._split(block)
-        self._encrypt(left, right)
-        images = self._join(left, right).astype(np.int64)
-        in_range = np.arange(block.size) <= self._max
-        jump = np.where(in_range, np.arange(block.size), images)
-        starts = images[: self._max + 1]
-        while not in_range[jump[starts]].all():
-            jump = jump[jump]
-        table: np.ndarray = jump[starts]
+        size, top = 1 << (2 * self._word), self._max
+        jump = np.empty(size, dtype=np.int32)
+        for start in range(0, size, _SLICE):
+            left, right = self._split(np.arange(start, start + _SLICE, dtype=self._whole))
+            self._encrypt(left, right)
+            jump[start : start + _SLICE] = self._join(left, right)
+        ends = jump[: top + 1].copy()  # each position's first image
+        jump[: top + 1] = np.arange(top + 1, dtype=np.int32)
+        spare = np.empty_like(jump)
+        for _ in range(_SQUARINGS):
+            np.take(jump, jump, out=spare)
+            jump, spare = spare, jump
+        walking = np.flatnonzero(ends > top)
+        while walking.size:
+            ends[walking] = jump[ends[walking]]
+            walking = walking[ends[walking] > top]
+        table = ends.astype(np.int64)
         table.flags.writeable = False
         return table
 
