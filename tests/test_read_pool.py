@@ -294,3 +294,26 @@ def test_the_first_two_reads_slow_send_the_rest_of_the_chunk_to_the_pool(
             assert pool.engaged  # four slow reads in a row: 0, 1, 16, 17
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("bad", [0, 1, 2, 9])
+def test_a_read_failing_after_the_first_two_slow_ones_is_raised_at_its_place(
+    bad: int, clock: VirtualClock
+) -> None:
+    """The rest of the first chunk, sent to the pool: `list.extend` keeps the records read
+    before the failing key, as the caller's own reads would."""
+    pool = read_pool.ReadPool(4)
+
+    def read(key: int) -> int:
+        clock.advance(1e-3)
+        if key == bad:
+            raise OSError(f"cannot read {key}")
+        return key * 2
+
+    items: list[int] = []
+    try:
+        with pytest.raises(OSError, match=f"cannot read {bad}"):
+            items.extend(pool.probing_map(read, list(range(16))))
+    finally:
+        pool.close()
+    assert items == [key * 2 for key in range(bad)]
