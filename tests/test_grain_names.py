@@ -47,11 +47,17 @@ NAMESPACES = {
         "BestFitPackIterDataset",
         "ConcatThenSplitIterDataset",
         "FirstFitPackIterDataset",
+        "FlatMapIterDataset",
+        "FlatMapMapDataset",
         "FlatMapTransform",
         "InterleaveIterDataset",
+        "LimitIterDataset",
         "MapWithIndexTransform",
         "WindowShuffleIterDataset",
+        "ZipIterDataset",
+        "ZipMapDataset",
         "apply_transformations",
+        "batch_and_pad",
         "index_shuffle",
     },
 }
@@ -233,13 +239,19 @@ def test_apply_gives_each_transform_to_its_method() -> None:
     assert list(al.MapDataset.range(10).apply(Twice()))[:3] == [0, 2, 4]
 
 
-def test_apply_refuses_what_no_method_takes() -> None:
+def test_apply_makes_a_flat_map_dataset_and_refuses_what_nothing_takes() -> None:
     class Spread(al.FlatMapTransform):
-        def flat_map(self, element: int) -> list[int]:
-            return [element]
+        max_fan_out = 2
 
-    with pytest.raises(NotImplementedError, match="flat map"):
-        al.MapDataset.range(3).apply(Spread())
+        def flat_map(self, element: int) -> list[int]:
+            return [element] * (element % 3)
+
+    mapped = al.MapDataset.range(4).apply(Spread())
+    assert isinstance(mapped, al.experimental.FlatMapMapDataset)
+    assert [mapped[i] for i in range(len(mapped))] == [None, None, 1, None, 2, 2, None, None]
+    iterated = al.MapDataset.range(4).to_iter_dataset().apply([Spread()])
+    assert isinstance(iterated, al.experimental.FlatMapIterDataset)
+    assert list(iterated) == [1, 2, 2]
     with pytest.raises(NotImplementedError, match="Transformation type: 'nope' is not supported"):
         al.MapDataset.range(3).apply(["nope"])
 

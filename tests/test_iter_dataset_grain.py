@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import aioloader as al
-from tests.test_map_dataset_grain import assert_same
+from tests.support.outputs import assert_same
 
 grain = pytest.importorskip("grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only")
 experimental = grain.experimental

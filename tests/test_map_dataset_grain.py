@@ -15,29 +15,9 @@ import numpy as np
 import pytest
 
 from aioloader import MapDataset
+from tests.support.outputs import assert_same
 
 grain = pytest.importorskip("grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only")
-
-
-def assert_same(mine: Any, theirs: Any, where: str = "element") -> None:
-    """Equal values, structure and dtypes, leaf by leaf."""
-    if isinstance(theirs, dict):
-        assert isinstance(mine, dict), where
-        assert set(mine) == set(theirs), where
-        for key in theirs:
-            assert_same(mine[key], theirs[key], f"{where}[{key!r}]")
-    elif isinstance(theirs, (tuple, list)):
-        assert type(mine) is type(theirs), where
-        assert len(mine) == len(theirs), where
-        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(theirs, np.ndarray):
-        assert isinstance(mine, np.ndarray), where
-        assert mine.dtype == theirs.dtype, (where, mine, theirs)
-        np.testing.assert_array_equal(mine, theirs, err_msg=where)
-    else:
-        assert type(mine) is type(theirs), (where, mine, theirs)
-        assert mine == theirs, (where, mine, theirs)
 
 
 Build = Callable[[Any], Any]  # given a MapDataset class (aioloader's or Grain's), a dataset

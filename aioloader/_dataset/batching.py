@@ -4,6 +4,10 @@ Batch `b` of epoch `e` holds the parent's elements `b * batch_size` up to the en
 the parent's epoch `e`, so a batch never spans two epochs (Grain's rule). Elements
 are stacked leaf by leaf through dicts, tuples and lists, as Grain stacks them, unless
 `batch_fn(list_of_elements)` is given.
+
+`batch_and_pad` is Grain's `grain.experimental.batch_and_pad`, a `batch_fn` that pads a
+short last batch to the full size (with `functools.partial(batch_and_pad,
+batch_size=n)`), so that every batch has one shape without dropping the remainder.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from aioloader._common.failures import note
+from aioloader._common.validation import require_int
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.functions import add_note
 from aioloader._dataset.mapping import FilterMapDataset
@@ -76,3 +83,29 @@ def _refuse_holes(parent: MapDataset[Any]) -> None:
                 "Batch before the filter, or batch an IterDataset made from it."
             )
         to_check.extend(getattr(node, "_parents", ()))
+
+
+def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:
+    """`values` stacked as `Batch` stacks them, each leaf then padded with `pad_value` (in
+    the leaf's dtype) up to `batch_size` rows."""
+    require_int("batch_size", batch_size, minimum=1)
+    if not values:
+        raise ValueError("`batch_and_pad` cannot batch 0 values.")
+    if len(values) > batch_size:
+        raise ValueError(f"`batch_and_pad` cannot batch {len(values)} values to batch_size={batch_size}.")
+    return _padded(stack(values), batch_size - len(values), pad_value)
+
+
+def _padded(batch: Any, count: int, pad_value: Any) -> Any:
+    """Each leaf of `batch` (as `stack` makes them) with `count` rows of `pad_value` after it."""
+    if count == 0 or batch is None:
+        return batch
+    if isinstance(batch, dict):
+        return {key: _padded(leaf, count, pad_value) for key, leaf in batch.items()}
+    if isinstance(batch, list):
+        return [_padded(leaf, count, pad_value) for leaf in batch]
+    if isinstance(batch, tuple):
+        leaves = [_padded(leaf, count, pad_value) for leaf in batch]
+        return type(batch)(*leaves) if hasattr(batch, "_fields") else tuple(leaves)
+    padding = np.full((count, *batch.shape[1:]), pad_value, dtype=batch.dtype)
+    return np.concatenate([batch, padding])

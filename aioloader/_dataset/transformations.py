@@ -3,7 +3,8 @@
 Each transformation (aioloader's class or Grain's, told apart by `is_grain`) becomes the
 method that takes it: a `Batch` becomes `ds.batch(...)` with its fields, a map
 `ds.map(...)`, a random map `ds.random_map(...)`, a map with index
-`ds.map_with_index(...)`, a filter `ds.filter(...)`. The same dispatch as Grain's
+`ds.map_with_index(...)`, a filter `ds.filter(...)`, a flat map a `FlatMapMapDataset` or
+`FlatMapIterDataset` (Grain's `experimental` classes). The same dispatch as Grain's
 `apply_transformations`, for MapDatasets and IterDatasets alike.
 """
 
@@ -35,10 +36,12 @@ def _apply_one(ds: Any, transformation: Any) -> Any:
         if isinstance(transformation, base) or is_grain(transformation, grain_name):
             return getattr(ds, method)(transformation)
     if isinstance(transformation, FlatMapTransform) or is_grain(transformation, "FlatMap"):
-        raise NotImplementedError(
-            f"`apply` does not take a flat map ({transformation!r}): aioloader's Dataset API has no "
-            "FlatMapMapDataset; a DataLoader takes a FlatMapTransform in its `operations`."
-        )
+        from aioloader._dataset.base import MapDataset  # both import the package's dataset modules
+        from aioloader._dataset.flat_mapping import FlatMapIterDataset, FlatMapMapDataset
+
+        if isinstance(ds, MapDataset):
+            return FlatMapMapDataset(ds, transformation)
+        return FlatMapIterDataset(ds, transformation)
     raise NotImplementedError(
         f"Transformation type: {transformation!r} is not supported by `apply`: it takes a Batch, "
         "MapTransform, RandomMapTransform, MapWithIndexTransform or FilterTransform (aioloader's or Grain's)."

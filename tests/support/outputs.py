@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from aioloader import DataLoader
 
 
@@ -38,3 +40,24 @@ def states_at_every_output(loader: DataLoader, count: int) -> list[bytes]:
             next(iterator)
             states.append(iterator.get_state())
     return states
+
+
+def assert_same(mine: Any, theirs: Any, where: str = "element") -> None:
+    """Equal values, structure and dtypes, leaf by leaf."""
+    if isinstance(theirs, dict):
+        assert isinstance(mine, dict), where
+        assert set(mine) == set(theirs), where
+        for key in theirs:
+            assert_same(mine[key], theirs[key], f"{where}[{key!r}]")
+    elif isinstance(theirs, (tuple, list)):
+        assert type(mine) is type(theirs), where
+        assert len(mine) == len(theirs), where
+        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(theirs, np.ndarray):
+        assert isinstance(mine, np.ndarray), where
+        assert mine.dtype == theirs.dtype, (where, mine, theirs)
+        np.testing.assert_array_equal(mine, theirs, err_msg=where)
+    else:
+        assert type(mine) is type(theirs), (where, mine, theirs)
+        assert mine == theirs, (where, mine, theirs)
