@@ -1,10 +1,11 @@
 """Grain's `grain.experimental`: the names of it that aioloader has.
 
 With `import aioloader as grain`, `grain.experimental.FlatMapTransform`,
-`grain.experimental.index_shuffle`, the packers, the zips, the flat maps, the limit and
-the rest below work as in Grain 0.2; each is aioloader's own (also at the top level for
-those aioloader had before: not the zips, flat maps, limit, `batch_and_pad`,
-`apply_transformations` and `index_shuffle`). The Dataset classes load when first named.
+`grain.experimental.index_shuffle`, the packers, the zips, the flat maps, the limit,
+the repeat, the rebatch, the thread prefetch and `device_put`, the window shuffles,
+the next index and the rest below work as in Grain 0.2. Each is aioloader's own; the
+names aioloader had before this module are at the top level too (the same objects).
+The Dataset classes load when first named.
 """
 
 import typing as _typing
@@ -22,11 +23,18 @@ _LAZY = {
     "FlatMapMapDataset": "aioloader._dataset.flat_mapping",
     "InterleaveIterDataset": "aioloader._dataset.interleave",
     "LimitIterDataset": "aioloader._dataset.limit",
+    "RebatchIterDataset": "aioloader._dataset.rebatch",
+    "RepeatIterDataset": "aioloader._dataset.iter_repeat",
+    "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
+    "WindowShuffleMapDataset": "aioloader._dataset.window_shuffle",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
     "ZipIterDataset": "aioloader._dataset.zipping",
     "ZipMapDataset": "aioloader._dataset.zipping",
     "apply_transformations": "aioloader._dataset.transformations",
     "batch_and_pad": "aioloader._dataset.batching",
+    "device_put": "aioloader._dataset.thread_prefetch",
+    "get_next_index": "aioloader._dataset.next_index",
+    "set_next_index": "aioloader._dataset.next_index",
 }
 
 if _typing.TYPE_CHECKING:
@@ -38,9 +46,13 @@ if _typing.TYPE_CHECKING:
         ConcatThenSplitIterDataset,
         FirstFitPackIterDataset,
     )
+    from aioloader._dataset.iter_repeat import RepeatIterDataset
     from aioloader._dataset.limit import LimitIterDataset
+    from aioloader._dataset.next_index import get_next_index, set_next_index
+    from aioloader._dataset.rebatch import RebatchIterDataset
+    from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
     from aioloader._dataset.transformations import apply_transformations
-    from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
+    from aioloader._dataset.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
     from aioloader._dataset.zipping import ZipIterDataset, ZipMapDataset
     from aioloader._operations.concat_then_split import BOSHandling
 else:  # hidden from type checkers, which see the imports above
@@ -58,10 +70,17 @@ __all__ = [
     "InterleaveIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "RebatchIterDataset",
+    "RepeatIterDataset",
+    "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
+    "WindowShuffleMapDataset",
     "ZipIterDataset",
     "ZipMapDataset",
     "apply_transformations",
     "batch_and_pad",
+    "device_put",
+    "get_next_index",
     "index_shuffle",
+    "set_next_index",
 ]

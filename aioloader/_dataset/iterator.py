@@ -63,7 +63,7 @@ class Background:
         size = _BACKGROUND_BUFFER if device_put is None else device_put.buffer_size
         self._handoff: Handoff[tuple[Any, Any] | BaseException] = Handoff(size)
         self._thread = threading.Thread(
-            target=_produce,
+            target=produce,
             args=(stage, device_put, self._handoff),
             name=f"aioloader-dataset-{next(_names)}",
             daemon=True,
@@ -96,8 +96,9 @@ class Background:
             await asyncio.sleep(0.001)
 
 
-def _produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
-    """The background thread: every output of `stage`, with its snapshot, into `handoff`."""
+def produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
+    """A background thread's loop (`Background`'s, and `ThreadPrefetchIterDataset`'s): every
+    output of `stage`, with its snapshot, into `handoff`; an error in order, then the end."""
     try:
         for count, item in enumerate(stage, 1):
             if device_put is not None:

@@ -23,6 +23,7 @@ it (its `next()` then ends).
 from __future__ import annotations
 
 import abc
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -107,7 +108,9 @@ class ForeignStage(Stage[Any]):
         return next(self._iterator)
 
     def snapshot(self) -> Any:
-        return self._iterator.get_state()
+        # A copy: a token must not change after it is taken, and a user's iterator may
+        # answer its live dict (a background thread reading ahead would move it on).
+        return copy.deepcopy(self._iterator.get_state())
 
     def state_of(self, token: Any) -> dict[str, Any]:
         return {"stage": "iterator", "state": token}
