@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -106,6 +107,14 @@ def no_leftover_threads() -> Iterator[None]:
     yield
     leftover = wait_for_no_threads(2.0)
     assert not leftover, f"threads still alive 2 s after the test: {[t.name for t in leftover]}"
+
+
+@pytest.fixture
+def grain() -> ModuleType:
+    """Grain 0.2.18, for the tests that compare with it (installed on the GIL 3.11 build only)."""
+    return pytest.importorskip(
+        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
+    )
 
 
 @pytest.fixture(scope="session")

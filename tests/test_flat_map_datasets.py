@@ -26,6 +26,7 @@ import pytest
 
 import aioloader
 from aioloader.experimental import FlatMapIterDataset, FlatMapMapDataset, FlatMapTransform
+from tests.support.datasets import odd
 from tests.support.outputs import assert_same, drain, notes
 
 needs_grain = pytest.mark.skipif(
@@ -59,10 +60,6 @@ class Yielding(FlatMapTransform):
 
     def flat_map(self, element: int) -> Iterator[int]:
         yield from Spread(3).flat_map(element)
-
-
-def odd(x: int) -> bool:
-    return x % 2 == 1
 
 
 def namespace(module: Any) -> SimpleNamespace:
@@ -121,13 +118,6 @@ ITER_PIPELINES: dict[str, Build] = {
         m.FlatMapIterDataset(m.MapDataset.range(7).to_iter_dataset(), Spread(2)), Spread(3)
     ),
 }
-
-
-@pytest.fixture
-def grain() -> Any:
-    return pytest.importorskip(
-        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
-    )
 
 
 # The MapDataset against Grain's.

@@ -12,7 +12,6 @@ repeated without end ends; a `close()` from another thread stops an endless repe
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import json
@@ -26,7 +25,9 @@ import pytest
 
 import aioloader
 from aioloader.experimental import LimitIterDataset, RebatchIterDataset, RepeatIterDataset
+from tests.support.datasets import assert_refuses_state, async_halves, draw, odd, state_after
 from tests.support.outputs import assert_same
+from tests.support.transforms import Boom, explode_at
 
 M = aioloader.MapDataset
 Build = Callable[[Any], Any]  # given a namespace of classes (aioloader's or Grain's), a dataset
@@ -38,13 +39,6 @@ MINE = SimpleNamespace(
 )
 
 Pair = collections.namedtuple("Pair", "left right")
-
-
-@pytest.fixture
-def grain() -> ModuleType:
-    return pytest.importorskip(
-        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
-    )
 
 
 def grains(grain: ModuleType) -> SimpleNamespace:
@@ -77,14 +71,6 @@ def tree(x: int) -> dict[str, Any]:
         "label": Pair(x, np.full(2, x, np.int32)),
         "none": None,
     }
-
-
-def odd(x: int) -> bool:
-    return x % 2 == 1
-
-
-def draw(x: Any, rng: np.random.Generator) -> tuple[Any, int]:
-    return x, int(rng.integers(1 << 40))
 
 
 def jitter(batch: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -391,28 +377,11 @@ def test_a_rebatch_state_resumes_with_another_batch_size_as_in_grain() -> None:
 def test_async_iteration_gives_the_same_elements_and_state() -> None:
     ds = RebatchIterDataset(RepeatIterDataset(M.range(5).to_iter_dataset().batch(2), 2), 3).prefetch(2)
 
-    async def go() -> tuple[list[Any], list[Any]]:
-        iterator = aiter(ds)
-        first = [await anext(iterator) for _ in range(2)]
-        fresh = aiter(ds)
-        fresh.set_state(iterator.get_state())
-        await iterator.aclose()
-        return first, [x async for x in fresh]
-
-    first, rest = asyncio.run(go())
+    first, rest = async_halves(ds)
     assert_same(first + rest, list(ds))
 
 
 # States of other pipelines.
-
-
-def state_after(ds: Any, k: int) -> dict[str, Any]:
-    iterator = iter(ds)
-    for _ in range(k):
-        next(iterator)
-    state: dict[str, Any] = iterator.get_state()
-    iterator.close()
-    return state
 
 
 OTHER_STATES = [
@@ -436,11 +405,7 @@ OTHER_STATES = [
 
 @pytest.mark.parametrize(("label", "source", "target"), OTHER_STATES, ids=[c[0] for c in OTHER_STATES])
 def test_a_state_of_another_pipeline_is_a_value_error(label: str, source: Any, target: Any) -> None:
-    state = state_after(source, 1)
-    fresh = iter(target)
-    with pytest.raises(ValueError, match="state"):
-        fresh.set_state(state)
-    fresh.close()
+    assert_refuses_state(source, target)
 
 
 def test_a_damaged_state_is_a_value_error() -> None:
@@ -526,19 +491,6 @@ def test_batches_grain_would_misalign_are_errors_naming_the_leaf(
 
 
 # Hostile parents and closes.
-
-
-class Boom(Exception):
-    """A parent's own error."""
-
-
-def explode_at(bad: int) -> Callable[[int], int]:
-    def check(x: int) -> int:
-        if x == bad:
-            raise Boom(f"element {x}")
-        return x
-
-    return check
 
 
 class Counting(aioloader.IterDataset[int]):

@@ -12,7 +12,6 @@ sharding given; bad arguments and states of other pipelines are errors naming th
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import itertools
 import json
@@ -28,6 +27,7 @@ import pytest
 import aioloader
 from aioloader.experimental import ThreadPrefetchIterDataset, device_put
 from tests.conftest import aioloader_threads, wait_for_no_threads
+from tests.support.datasets import assert_refuses_state, async_halves, draw, odd, tenfold
 from tests.support.outputs import assert_same
 
 M = aioloader.MapDataset
@@ -41,31 +41,12 @@ MINE = SimpleNamespace(
 SIZES = [0, 1, 3, 200]
 
 
-@pytest.fixture
-def grain() -> ModuleType:
-    return pytest.importorskip(
-        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
-    )
-
-
 def grains(grain: ModuleType) -> SimpleNamespace:
     return SimpleNamespace(
         MapDataset=grain.MapDataset,
         IterDataset=grain.IterDataset,
         ThreadPrefetchIterDataset=grain.experimental.ThreadPrefetchIterDataset,
     )
-
-
-def odd(x: int) -> bool:
-    return x % 2 == 1
-
-
-def tenfold(x: int) -> int:
-    return 10 * x
-
-
-def draw(x: Any, rng: np.random.Generator) -> tuple[Any, int]:
-    return x, int(rng.integers(1 << 40))
 
 
 def prefetched(g: Any, parent: Any, size: int) -> Any:
@@ -242,15 +223,7 @@ def test_a_fresh_iterator_given_the_state_after_any_element_gives_the_rest(name:
 def test_async_iteration_gives_the_same_elements_and_state() -> None:
     ds = prefetched(MINE, M.range(12).to_iter_dataset().filter(odd).prefetch(2), 2)
 
-    async def run() -> tuple[list[Any], list[Any]]:
-        iterator = aiter(ds)
-        first = [await anext(iterator) for _ in range(2)]
-        fresh = aiter(ds)
-        fresh.set_state(iterator.get_state())
-        await iterator.aclose()
-        return first, [x async for x in fresh]
-
-    first, rest = asyncio.run(run())
+    first, rest = async_halves(ds)
     assert first + rest == list(ds) == [1, 3, 5, 7, 9, 11]
 
 
@@ -276,15 +249,6 @@ def test_an_ended_iterator_stays_ended_and_its_state_resumes_to_nothing() -> Non
     assert list(fresh) == []
 
 
-def state_after(ds: Any, k: int) -> dict[str, Any]:
-    iterator = iter(ds)
-    for _ in range(k):
-        next(iterator)
-    state: dict[str, Any] = iterator.get_state()
-    iterator.close()
-    return state
-
-
 OTHER_STATES = [
     ("into the plain part", prefetched(MINE, M.range(5), 2), M.range(5).to_iter_dataset()),
     ("from the plain part", M.range(5).to_iter_dataset(), prefetched(MINE, M.range(5), 2)),
@@ -295,11 +259,7 @@ OTHER_STATES = [
 
 @pytest.mark.parametrize(("label", "source", "target"), OTHER_STATES, ids=[c[0] for c in OTHER_STATES])
 def test_a_state_of_another_pipeline_is_a_value_error(label: str, source: Any, target: Any) -> None:
-    state = state_after(source, 1)
-    fresh = iter(target)
-    with pytest.raises(ValueError, match="state"):
-        fresh.set_state(state)
-    fresh.close()
+    assert_refuses_state(source, target)
 
 
 # Errors.

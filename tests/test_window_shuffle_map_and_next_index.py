@@ -25,13 +25,6 @@ M = aioloader.MapDataset
 Build = Callable[[Any], Any]  # given a namespace (aioloader's or Grain's), a dataset
 
 
-@pytest.fixture
-def grain() -> ModuleType:
-    return pytest.importorskip(
-        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
-    )
-
-
 MINE = SimpleNamespace(
     MapDataset=aioloader.MapDataset,
     WindowShuffleMapDataset=WindowShuffleMapDataset,

@@ -23,7 +23,9 @@ import pytest
 
 import aioloader
 from aioloader.experimental import LimitIterDataset, ZipIterDataset, ZipMapDataset
+from tests.support.datasets import assert_refuses_state, draw, odd, state_after, tenfold
 from tests.support.outputs import assert_same
+from tests.support.transforms import Boom, explode_at
 
 M = aioloader.MapDataset
 Build = Callable[[Any], Any]  # given a namespace of classes (aioloader's or Grain's), a dataset
@@ -35,13 +37,6 @@ MINE = SimpleNamespace(
     ZipIterDataset=ZipIterDataset,
     LimitIterDataset=LimitIterDataset,
 )
-
-
-@pytest.fixture
-def grain() -> ModuleType:
-    return pytest.importorskip(
-        "grain", reason="Grain 0.2.18 is installed on the GIL build of CPython 3.11 only"
-    )
 
 
 def grains(grain: ModuleType) -> SimpleNamespace:
@@ -81,18 +76,6 @@ def compare_map(grain: ModuleType, build: Build) -> None:
     assert_same(mine._getitems(later), list(theirs._getitems(later)), "_getitems")
     assert_same(list(mine), list(theirs), "iteration")
     assert_same(list(mine.to_iter_dataset().prefetch(2)), list(theirs), "prefetch(2)")
-
-
-def odd(x: int) -> bool:
-    return x % 2 == 1
-
-
-def tenfold(x: int) -> int:
-    return 10 * x
-
-
-def draw(x: Any, rng: np.random.Generator) -> tuple[Any, int]:
-    return x, int(rng.integers(1 << 40))
 
 
 # ZipMapDataset against Grain.
@@ -363,15 +346,6 @@ def test_async_iteration_gives_the_same_elements_and_state() -> None:
 # States of other pipelines.
 
 
-def state_after(ds: Any, k: int) -> dict[str, Any]:
-    iterator = iter(ds)
-    for _ in range(k):
-        next(iterator)
-    state: dict[str, Any] = iterator.get_state()
-    iterator.close()
-    return state
-
-
 OTHER_STATES = [
     ("a zip of 2 into a zip of 3", ZipIterDataset([M.range(5)] * 2), ZipIterDataset([M.range(5)] * 3)),
     ("a limit into a zip", LimitIterDataset(M.range(5), 3), ZipIterDataset([M.range(5)])),
@@ -398,11 +372,7 @@ OTHER_STATES = [
 
 @pytest.mark.parametrize(("label", "source", "target"), OTHER_STATES, ids=[c[0] for c in OTHER_STATES])
 def test_a_state_of_another_pipeline_is_a_value_error(label: str, source: Any, target: Any) -> None:
-    state = state_after(source, 1)
-    fresh = iter(target)
-    with pytest.raises(ValueError, match="state"):
-        fresh.set_state(state)
-    fresh.close()
+    assert_refuses_state(source, target)
 
 
 def test_a_damaged_state_is_a_value_error() -> None:
@@ -473,19 +443,6 @@ def test_parents_are_kept_as_given_and_the_classes_are_datasets() -> None:
 
 
 # Hostile parents.
-
-
-class Boom(Exception):
-    """A parent's own error."""
-
-
-def explode_at(bad: int) -> Callable[[int], int]:
-    def check(x: int) -> int:
-        if x == bad:
-            raise Boom(f"element {x}")
-        return x
-
-    return check
 
 
 class Exploding(aioloader.IterDataset[int]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -207,3 +207,18 @@ class SlowRecords(MapTransform):
             self.entered.set()
         time.sleep(self.seconds)
         return element
+
+
+class Boom(Exception):
+    """A parent's own error, raised by `explode_at`."""
+
+
+def explode_at(bad: int) -> Callable[[int], int]:
+    """A map that raises `Boom` on the element `bad` and passes the others."""
+
+    def check(x: int) -> int:
+        if x == bad:
+            raise Boom(f"element {x}")
+        return x
+
+    return check
