@@ -3,9 +3,9 @@
 With `import aioloader as grain`, `grain.experimental.FlatMapTransform`,
 `grain.experimental.index_shuffle`, the packers, the zips, the flat maps, the limit,
 the repeat, the rebatch, the thread prefetch and `device_put`, the window shuffles,
-the next index and the rest below work as in Grain 0.2. Each is aioloader's own; the
-names aioloader had before this module are at the top level too (the same objects).
-The Dataset classes load when first named.
+the next index, the Parquet rows, the cache and the rest below work as in Grain 0.2.
+Each is aioloader's own; the names aioloader had before this module are at the top
+level too (the same objects). The Dataset classes load when first named.
 """
 
 import typing as _typing
@@ -17,12 +17,14 @@ from aioloader._sampling.index_shuffle import index_shuffle
 _LAZY = {
     "BOSHandling": "aioloader._operations.concat_then_split",
     "BestFitPackIterDataset": "aioloader._dataset.iter_packing",
+    "CacheIterDataset": "aioloader._dataset.cache",
     "ConcatThenSplitIterDataset": "aioloader._dataset.iter_packing",
     "FirstFitPackIterDataset": "aioloader._dataset.iter_packing",
     "FlatMapIterDataset": "aioloader._dataset.flat_mapping",
     "FlatMapMapDataset": "aioloader._dataset.flat_mapping",
     "InterleaveIterDataset": "aioloader._dataset.interleave",
     "LimitIterDataset": "aioloader._dataset.limit",
+    "ParquetIterDataset": "aioloader._dataset.parquet",
     "RebatchIterDataset": "aioloader._dataset.rebatch",
     "RepeatIterDataset": "aioloader._dataset.iter_repeat",
     "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
@@ -39,6 +41,7 @@ _LAZY = {
 
 if _typing.TYPE_CHECKING:
     from aioloader._dataset.batching import batch_and_pad
+    from aioloader._dataset.cache import CacheIterDataset
     from aioloader._dataset.flat_mapping import FlatMapIterDataset, FlatMapMapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
     from aioloader._dataset.iter_packing import (
@@ -49,6 +52,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.iter_repeat import RepeatIterDataset
     from aioloader._dataset.limit import LimitIterDataset
     from aioloader._dataset.next_index import get_next_index, set_next_index
+    from aioloader._dataset.parquet import ParquetIterDataset
     from aioloader._dataset.rebatch import RebatchIterDataset
     from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
     from aioloader._dataset.transformations import apply_transformations
@@ -62,6 +66,7 @@ else:  # hidden from type checkers, which see the imports above
 __all__ = [
     "BOSHandling",
     "BestFitPackIterDataset",
+    "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
@@ -70,6 +75,7 @@ __all__ = [
     "InterleaveIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ThreadPrefetchIterDataset",

@@ -45,6 +45,7 @@ NAMESPACES = {
     "experimental": {
         "BOSHandling",
         "BestFitPackIterDataset",
+        "CacheIterDataset",
         "ConcatThenSplitIterDataset",
         "FirstFitPackIterDataset",
         "FlatMapIterDataset",
@@ -53,6 +54,7 @@ NAMESPACES = {
         "InterleaveIterDataset",
         "LimitIterDataset",
         "MapWithIndexTransform",
+        "ParquetIterDataset",
         "RebatchIterDataset",
         "RepeatIterDataset",
         "ThreadPrefetchIterDataset",
