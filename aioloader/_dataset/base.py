@@ -325,3 +325,11 @@ def require_seed(seed: Any, default: int | None, what: str) -> int:
             )
         return default
     return require_int("seed", seed, minimum=0)
+
+
+def require_shuffle_seed(seed: Any, default: int | None, what: str) -> int:
+    """`require_seed`, for Grain's index shuffle, whose round keys take seeds below 2**32."""
+    value = require_seed(seed, default, what)
+    if value >= 2**32:
+        raise ValueError(f"`seed` must be less than 2**32 for `{what}`, got {value}.")
+    return value

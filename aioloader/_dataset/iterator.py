@@ -62,13 +62,7 @@ class Background:
     def __init__(self, stage: Stage[Any], device_put: DevicePut | None) -> None:
         size = _BACKGROUND_BUFFER if device_put is None else device_put.buffer_size
         self._handoff: Handoff[tuple[Any, Any] | BaseException] = Handoff(size)
-        self._thread = threading.Thread(
-            target=produce,
-            args=(stage, device_put, self._handoff),
-            name=f"aioloader-dataset-{next(_names)}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = start_producer(stage, device_put, self._handoff, "aioloader-dataset")
 
     def get(self) -> tuple[Any, Any] | None:
         """The next output and the snapshot after it (blocking); None at the end."""
@@ -84,8 +78,7 @@ class Background:
         self._handoff.close(drop=True)
 
     def join(self) -> None:
-        if self._thread is not threading.current_thread():
-            self._thread.join(_JOIN_SECONDS)
+        join_producer(self._thread)
 
     async def ajoin(self) -> None:
         """`join` on the consumer's loop, which it does not block."""
@@ -96,9 +89,28 @@ class Background:
             await asyncio.sleep(0.001)
 
 
-def produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
-    """A background thread's loop (`Background`'s, and `ThreadPrefetchIterDataset`'s): every
-    output of `stage`, with its snapshot, into `handoff`; an error in order, then the end."""
+def start_producer(
+    stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any], name: str
+) -> threading.Thread:
+    """A started daemon thread `{name}-{n}` that runs `stage` into `handoff` (`Background`'s,
+    and `ThreadPrefetchIterDataset`'s)."""
+    thread = threading.Thread(
+        target=_produce, args=(stage, device_put, handoff), name=f"{name}-{next(_names)}", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def join_producer(thread: threading.Thread) -> None:
+    """Join a producer thread, for at most `_JOIN_SECONDS` (a stage stuck in user code is not
+    waited for forever); not from the thread itself."""
+    if thread is not threading.current_thread():
+        thread.join(_JOIN_SECONDS)
+
+
+def _produce(stage: Stage[Any], device_put: DevicePut | None, handoff: Handoff[Any]) -> None:
+    """A producer thread's loop: every output of `stage`, with its snapshot, into `handoff`;
+    an error in order, then the end."""
     try:
         for count, item in enumerate(stage, 1):
             if device_put is not None:

@@ -47,6 +47,7 @@ import numpy as np
 from aioloader._dataset.interleave import InterleaveIterDataset
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, require_count, state_fields
+from aioloader._sources.parquet import require_unique_columns, storage_failed
 from aioloader._sources.paths import describe_paths
 
 CYCLE_LENGTH = 16  # files read at once, as Grain interleaves them
@@ -146,7 +147,7 @@ class ParquetFileStage(Stage[Row]):
             if table.num_rows != expected:
                 raise ValueError(f"it holds {table.num_rows} rows, the footer says {expected}")
         except (pa.ArrowException, ValueError, OSError) as error:
-            if isinstance(error, OSError) and error.errno is not None:
+            if storage_failed(error, self._path):
                 raise  # the storage failed (the file went away): its own error says so
             raise ValueError(
                 f"`{self._path}`: row group {group} is damaged: {type(error).__name__}: {error}"
@@ -193,14 +194,14 @@ def open_parquet(path: str, read_kwargs: dict[str, Any]) -> Any:
     try:
         reader = pq.ParquetFile(path, **read_kwargs)
     except (pa.ArrowException, OSError) as error:
-        if isinstance(error, OSError) and error.errno is not None:
+        if storage_failed(error, path):
             raise  # no such file, no access: the storage's error names the file
         raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from error
-    names = reader.schema_arrow.names
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:  # a row is a dict by column name: one of the two would be lost
+    try:
+        require_unique_columns(reader.schema_arrow.names, path)
+    except ValueError:
         reader.close()
-        raise ValueError(f"`{path}` has more than one column named {', '.join(map(repr, twice))}.")
+        raise
     return reader
 
 

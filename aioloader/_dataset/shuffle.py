@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from aioloader._dataset.base import MapDataset, require_seed
+from aioloader._dataset.base import MapDataset, require_shuffle_seed
 from aioloader._sampling.index_shuffle import index_shuffle, index_shuffle_array
 
 T = TypeVar("T")
@@ -28,9 +28,7 @@ class ShuffleMapDataset(MapDataset[T]):
     def __init__(self, parent: MapDataset[T], seed: int | None) -> None:
         super().__init__(parent)
         self._parent, self._length = parent, len(parent)
-        self._seed = require_seed(seed, self._default_seed, "shuffle")
-        if self._seed >= _SEEDS:
-            raise ValueError(f"`seed` must be less than 2**32 for `shuffle`, got {self._seed}.")
+        self._seed = require_shuffle_seed(seed, self._default_seed, "shuffle")
 
     def __len__(self) -> int:
         return self._length

@@ -41,7 +41,6 @@ Deliberate differences from Grain:
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -50,14 +49,11 @@ from typing import Any, TypeVar
 from aioloader._common.validation import require_int
 from aioloader._dataset.base import MapDataset
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
-from aioloader._dataset.iterator import produce
+from aioloader._dataset.iterator import join_producer, start_producer
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, state_fields
 from aioloader._device.handoff import Handoff
 
 T = TypeVar("T")
-
-_JOIN_SECONDS = 2.0  # as `iterator.Background`: a parent stuck in user code is not waited for forever
-_names = itertools.count()
 
 
 class ThreadPrefetchIterDataset(IterDataset[T]):
@@ -132,13 +128,8 @@ class ThreadPrefetchStage(PassThroughStage):
         with self._lock:
             if self._thread is not None or self._closed:
                 return
-            self._thread = threading.Thread(
-                target=produce,  # `iterator.Background`'s loop: elements and errors, in order
-                args=(self._parent, None, self._handoff),
-                name=f"aioloader-thread-prefetch-{next(_names)}",
-                daemon=True,
-            )
-            self._thread.start()
+            # `iterator.Background`'s loop: elements and errors, in order.
+            self._thread = start_producer(self._parent, None, self._handoff, "aioloader-thread-prefetch")
 
     def _at_end(self) -> None:
         """The hand-off is over: the parent ended, failed, or a `close()` cut it short."""
@@ -165,9 +156,8 @@ class ThreadPrefetchStage(PassThroughStage):
         self._join()
 
     def _join(self) -> None:
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(_JOIN_SECONDS)
+        if self._thread is not None:
+            join_producer(self._thread)
 
 
 def _stop(handoff: Handoff[Any], parent: Stage[Any]) -> None:

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from aioloader._common.validation import require_int
-from aioloader._dataset.base import MapDataset, require_seed
+from aioloader._dataset.base import MapDataset, require_shuffle_seed
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import (
     Plan,
@@ -65,9 +65,7 @@ class WindowShuffleMapDataset(MapDataset[T]):
         super().__init__(parent)
         self._parent, self._length = parent, len(parent)
         self._window_size = require_int("window_size", window_size, minimum=1)
-        self._seed = require_seed(seed, self._default_seed, "WindowShuffleMapDataset")
-        if self._seed >= _SEEDS:
-            raise ValueError(f"`seed` must be less than 2**32, got {seed}.")
+        self._seed = require_shuffle_seed(seed, self._default_seed, "WindowShuffleMapDataset")
 
     def __len__(self) -> int:
         return self._length

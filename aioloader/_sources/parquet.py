@@ -142,7 +142,7 @@ class ParquetDataSource(StoreOwner):
         except MemoryError:
             raise
         except Exception as error:  # pyarrow says OSError, ArrowInvalid, ... depending on the damage
-            if _storage_failed(error, source):
+            if storage_failed(error, source):
                 raise
             first, last = int(self._index.starts[group]), int(self._index.starts[group + 1]) - 1
             raise ValueError(
@@ -252,7 +252,7 @@ def _close(blob: Blob) -> None:
     blob.close()
 
 
-def _storage_failed(error: Exception, source: Any) -> bool:
+def storage_failed(error: Exception, source: Any) -> bool:
     """Whether `error`, raised while pyarrow read `source`, is the storage failing (the file is
     gone, a disk error, a request to the object store that failed), rather than damaged bytes."""
     if isinstance(source, BlobFile) and error is source.failure:
@@ -267,7 +267,7 @@ def _read_metadata(pq: Any, source: Any, path: str, columns: tuple[str, ...] | N
         with pq.ParquetFile(source) as reader:
             metadata, names = reader.metadata, reader.schema_arrow.names
     except Exception as error:  # pyarrow says ArrowInvalid, OSError, ... depending on the damage
-        if _storage_failed(error, source):
+        if storage_failed(error, source):
             raise  # no such object, access denied, no answer: the storage's error says so
         raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from error
     in_groups = sum(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
@@ -276,8 +276,14 @@ def _read_metadata(pq: Any, source: Any, path: str, columns: tuple[str, ...] | N
             f"`{path}` is not a readable Parquet file: its row groups hold {in_groups} rows, "
             f"its footer says {metadata.num_rows}"
         )
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:  # a row is a dict by column name: one of the two would be lost
-        raise ValueError(f"`{path}` has more than one column named {', '.join(map(repr, twice))}")
+    require_unique_columns(names, path)
     choose_columns(columns, names, f"`{path}`")
     return metadata
+
+
+def require_unique_columns(names: Sequence[str], path: str) -> None:
+    """A row is a dict by column name: a file with two columns of one name would lose one
+    of them in every row, so it is a ValueError naming the file and the names."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"`{path}` has more than one column named {', '.join(map(repr, twice))}.")
