@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -518,3 +519,26 @@ def test_a_zip_resumes_after_a_failure_from_before_the_failed_tuple() -> None:
     fresh.set_state(state)
     assert list(itertools.islice(fresh, 2)) == [(3, 3), (4, 4)]
     fresh.close()
+
+
+def test_a_close_from_another_thread_ends_a_strict_zip_without_a_length_error() -> None:
+    """The close cuts the first parent short while the second still has elements: that is
+    the end the caller asked for, not parents of different lengths."""
+    release = threading.Event()
+
+    def slow(x: int) -> int:
+        if x == 3:
+            release.wait(30)
+        return x
+
+    blocked = M.range(10).to_iter_dataset().map(slow).prefetch(1)
+    iterator = iter(ZipIterDataset([blocked, M.range(10)]))
+    assert next(iterator) == (0, 0)
+    closer = threading.Timer(0.2, iterator.close)
+    closer.start()
+    try:
+        rest = list(iterator)  # ends: no ValueError about argument 2 being longer
+    finally:
+        release.set()
+        closer.join(30)
+    assert rest == [(x, x) for x in range(1, len(rest) + 1)]

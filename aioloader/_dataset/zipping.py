@@ -85,6 +85,9 @@ class ZipStage(Stage[tuple[Any, ...]]):
     def __init__(self, parents: Sequence[Stage[Any]], *, strict: bool) -> None:
         super().__init__(parents)
         self._strict = strict
+        # Set by `close` (any thread): the parents then end where the close cut them, not
+        # together, and that is no length mismatch to report.
+        self._closed = False
 
     def __next__(self) -> tuple[Any, ...]:
         items: list[Any] = []
@@ -92,7 +95,7 @@ class ZipStage(Stage[tuple[Any, ...]]):
             try:
                 items.append(next(parent))
             except StopIteration:
-                if self._strict:
+                if self._strict and not self._closed:
                     self._check_ends_together(which)
                 raise
             except BaseException as error:
@@ -113,7 +116,12 @@ class ZipStage(Stage[tuple[Any, ...]]):
                 next(self.parents[later])
             except StopIteration:
                 continue
-            raise ValueError(_uneven(later, "longer"))
+            if not self._closed:
+                raise ValueError(_uneven(later, "longer"))
+
+    def close(self) -> None:
+        self._closed = True  # before the parents' close, which ends their `next()` early
+        super().close()
 
     def snapshot(self) -> tuple[Any, ...]:
         return tuple(parent.snapshot() for parent in self.parents)
