@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioloader._common.options import ReadOptions
 from aioloader._common.validation import require_int
@@ -19,11 +19,13 @@ from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIt
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._operations.transforms import Batch, Kind, Operations, compile_operations
 from aioloader._program.program import Program
-from aioloader._program.read_pool import ReadPool
 from aioloader._sampling.sampler import IndexSampler, SamplerBase
 from aioloader._sampling.sharding import NoSharding, ShardOptions, check_shard_options
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import check_source, describe_source
+
+if TYPE_CHECKING:
+    from aioloader._program.read_pool import ReadPool  # loaded with the first workers
 
 EXECUTORS = ("thread", "interpreter")
 # Threads are cheap, but not free: each holds a stack and its own copy of the

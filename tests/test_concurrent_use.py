@@ -442,7 +442,7 @@ def test_an_engine_that_fails_to_start_lets_go_of_the_loaders_operations(
     # Its claim was never released: once the loader was gone, a later loader's operations at
     # the same address looked held by another engine, and were deep-copied (a transform that
     # waits in __deepcopy__ hung a test).
-    from aioloader._iteration import engines
+    from aioloader._iteration import threaded
     from aioloader._operations import transforms
 
     loader = DataLoader(
@@ -454,7 +454,7 @@ def test_an_engine_that_fails_to_start_lets_go_of_the_loaders_operations(
 
     held = dict(transforms._claimed)
     with monkeypatch.context() as patched:
-        patched.setattr(engines, "WorkerThreads", refuse)
+        patched.setattr(threaded, "WorkerThreads", refuse)
         with pytest.raises(RuntimeError, match="no threads today"):
             next(iter(loader))
     assert transforms._claimed == held

@@ -11,10 +11,11 @@ a slow source (reads that wait go through the read pool), up to
 from __future__ import annotations
 
 import os
-import resource
+from typing import TYPE_CHECKING
 
-from aioloader._program.read_pool import ReadPool
-from aioloader._scheduling.scheduler import Scheduler
+if TYPE_CHECKING:  # the loader asks for its defaults at import; these load with the workers
+    from aioloader._program.read_pool import ReadPool
+    from aioloader._scheduling.scheduler import Scheduler
 
 MAX_READ_THREADS = 256
 READ_AHEAD = 2  # records in the window per read thread, so that every thread has a read
@@ -40,6 +41,8 @@ def resident_bytes() -> int:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
+        import resource  # only where /proc is missing (macOS)
+
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

@@ -20,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioloader._common.calls import Stopped
-from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import SegmentRunner
+
+if TYPE_CHECKING:  # the scheduler loads with the first workers (see `_iteration/threaded`)
+    from aioloader._scheduling.scheduler import Scheduler
 
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 

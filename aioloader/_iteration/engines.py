@@ -1,10 +1,11 @@
 """Where an iterator's outputs come from: the engines behind `for` and `async for`.
 
-* `ThreadedEngine`: worker threads over a `Scheduler` (each with its own
-  subinterpreter for `executor="interpreter"`), plus an event loop for
-  asynchronous segments (a background thread for `for`, only if the program
-  has such segments; the caller's loop for `async for`); wrapped in a
-  `DeviceEngine` with `device_put`.
+* `ThreadedEngine` (in `threaded`, loaded with the first workers): worker
+  threads over a `Scheduler` (each with its own subinterpreter for
+  `executor="interpreter"`), plus an event loop for asynchronous segments (a
+  background thread for `for`, only if the program has such segments; the
+  caller's loop for `async for`); wrapped in a `DeviceEngine` with
+  `device_put`.
 * `InlineEngine` / `AsyncInlineEngine`: `worker_count=0`, the pipeline run by
   the consumer itself as it asks (and put on the device as it asks).
 
@@ -14,39 +15,24 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
-import functools
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
-from aioloader._device.device_put import DeviceEngine, InlineTransfers
-from aioloader._executors.autoscale import AutoReads
+from aioloader._device.device_put import InlineTransfers
 from aioloader._executors.inline import AsyncInline, InlineAwaits, Steps, inline_steps, run_inline
-from aioloader._executors.threads import (
-    RunnerFactory,
-    WorkerThreads,
-    aclose_elsewhere,
-    close_elsewhere,
-    thread_runner,
-)
-from aioloader._executors.tuning import Tuner
+from aioloader._executors.threads import aclose_elsewhere, close_elsewhere
 from aioloader._iteration import interrupts as interrupts
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program
-from aioloader._program.read_pool import ReadPool
 from aioloader._scheduling.planner import plan_chunks
-from aioloader._scheduling.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
-
-    from aioloader._executors.loop_thread import AsyncSegments, LoopThread
     from aioloader._observability.statistics import Observation  # imported when figures are asked for
+    from aioloader._program.early import EarlyRead
 
 
 class SyncEngine(Protocol):
@@ -98,164 +84,12 @@ class AsyncEngine(Protocol):
     def observe(self) -> Observation: ...
 
 
-def _interpreter_runner(program: Program) -> RunnerFactory:
-    """Runners in subinterpreters: their modules load only for `executor="interpreter"`."""
-    from aioloader._executors.interpreter.executor import interpreter_runner
-
-    return interpreter_runner(program)
-
-
-def _copyable(program: Program) -> bool:
-    """Whether the operations can be deep-copied for a worker thread (see `Tuner`): a copy of
-    them alone (`Program.for_worker` would also add a worker's meter to the statistics)."""
-    try:
-        program.operations.for_worker()
-    except Exception:  # the copy's own error (a lock's TypeError, a `__getstate__` that refuses)
-        return False
-    return True
-
-
 def _observation(
     program: Program, buffers: list[Any], workers: int, read_threads: int, inline: bool = False
 ) -> Observation:
     from aioloader._observability.statistics import Observation
 
     return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads, inline)
-
-
-class ThreadedEngine:
-    """Worker threads over a `Scheduler`, and an event loop for async segments.
-
-    For `for`, the loop is a background thread started only if the program
-    has asynchronous segments; for `async for` it is the caller's loop.
-    """
-
-    def __init__(
-        self,
-        spec: LoaderSpec,
-        position: Position,
-        loop: asyncio.AbstractEventLoop | None,
-        prefetch: bool = False,
-    ) -> None:
-        threads = spec.read_options.num_threads
-        self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
-        self._loop_thread: LoopThread | None = None
-        self._segments: AsyncSegments | None = None
-        program = spec.program(self._read_pool)
-        try:
-            self._start(spec, program, position, loop, prefetch)
-        except BaseException:
-            program.release()  # the loader's operations, claimed: a later engine may run them
-            if self._loop_thread is not None:
-                self._loop_thread.close()
-            raise
-
-    def _start(
-        self,
-        spec: LoaderSpec,
-        program: Program,
-        position: Position,
-        loop: asyncio.AbstractEventLoop | None,
-        prefetch: bool,
-    ) -> None:
-        self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
-        if self.scheduler.needs_async_runner:
-            from aioloader._executors.loop_thread import AsyncSegments, LoopThread  # imports asyncio
-
-            if loop is None:
-                self._loop_thread = LoopThread()
-                loop = self._loop_thread.loop
-            self._segments = AsyncSegments(self.scheduler, loop)
-            self.scheduler.use_async_runner(self._segments)
-        runner = _interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
-        # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
-        # the event loop, where user code must not run), and where the consumer's thread can
-        # run every step of a job (threads, no async segments). "auto" starts there: no
-        # thread before the first batch, and most work runs as fast on one worker as there;
-        # but with one worker when asked to prefetch, which the consumer's thread cannot.
-        inline = loop is None and spec.executor == "thread" and self._segments is None
-        auto = spec.auto_memory_limit is not None
-        first = (0 if inline and not prefetch else 1) if auto else spec.worker_count
-        self._workers = WorkerThreads(self.scheduler, runner, first, "aioloader-worker")
-        self._spec = spec
-        self._tuner = self._make_tuner(spec, program, inline)
-
-    def _make_tuner(self, spec: LoaderSpec, program: Program, inline: bool) -> Tuner | None:
-        """The tuner of the worker count (see `_executors/tuning`), or None for a fixed count
-        that has nothing to choose from (no level 0: `inline` is False). "auto" tunes the
-        read threads too unless `ReadOptions` was given."""
-        if spec.auto_memory_limit is None:
-            return Tuner(self.scheduler, self._workers, [0, spec.worker_count]) if inline else None
-        reads = None
-        if spec.auto_read_threads and self._read_pool is not None:
-            reads = AutoReads(self._read_pool, self.scheduler)
-        read_keys = frozenset(key for key, name in program.stage_names() if name == "read")
-        levels = range(0 if inline else 1, spec.worker_count + 1)
-        limit = spec.auto_memory_limit
-        copyable = functools.partial(_copyable, program) if inline else None
-        return Tuner(
-            self.scheduler, self._workers, levels, limit, reads, program.meters, read_keys, copyable=copyable
-        )
-
-    def observe(self) -> Observation:
-        program = self.scheduler.program
-        threads = self._spec.read_options.num_threads if self._read_pool is None else self._read_pool.threads
-        # Read threads count while they read at once: the pool engaged, or async segments.
-        engaged = self._read_pool is not None and self._read_pool.engaged
-        reading = engaged or self._segments is not None
-        workers = self._workers.count() if self._tuner is None else self._tuner.chosen
-        read_threads = threads if reading else 0
-        return _observation(program, self.scheduler.buffers(), workers, read_threads, workers == 0)
-
-    def next(self) -> tuple[Outputs, int] | None:
-        tuner = self._tuner
-        if tuner is None:
-            return self.scheduler.get()
-        started = time.perf_counter()
-        found = self.scheduler.get(self.scheduler.program.run_segment)  # the consumer's own jobs
-        if found is not None:
-            tuner.delivered(found[1], time.perf_counter() - started)
-        return found
-
-    async def anext(self) -> tuple[Outputs, int] | None:
-        tuner = self._tuner
-        if tuner is None:
-            return await self.scheduler.aget()
-        started = time.perf_counter()
-        found = await self.scheduler.aget()
-        if found is not None:
-            tuner.delivered(found[1], time.perf_counter() - started)
-        return found
-
-    def release(self, weight: int) -> None:
-        if weight:
-            self.scheduler.release(weight)
-
-    def stop(self) -> None:
-        self.scheduler.close()
-        if self._segments is not None:
-            self._segments.cancel()
-
-    def _close_read_pool(self) -> None:
-        if self._read_pool is not None:
-            self._read_pool.close()
-
-    def close(self) -> None:
-        """Stop everything and join every thread (any thread may call it)."""
-        self.stop()
-        self._close_read_pool()
-        self._workers.join()
-        if self._loop_thread is not None:
-            self._loop_thread.close()
-        self.scheduler.program.release()
-
-    async def aclose(self) -> None:
-        """`close` on the consumer's loop: stops at once, then joins on a closer thread,
-        awaiting it without blocking the loop (a read in flight may take a while)."""
-        self.stop()
-        await aclose_elsewhere(self.close)
-        if self._segments is not None:
-            await self._segments.finished()  # none left pending when the loop closes
 
 
 class InlineEngine:
@@ -463,7 +297,9 @@ def sync_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) ->
     """
     if spec.worker_count == 0:
         return InlineEngine(spec, position, prefetch)
-    return _threaded(spec, ThreadedEngine(spec, position, None, prefetch))
+    from aioloader._iteration.threaded import threaded_engine  # its modules load with the first workers
+
+    return threaded_engine(spec, position, None, prefetch)
 
 
 def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -> AsyncEngine:
@@ -472,11 +308,6 @@ def async_engine(spec: LoaderSpec, position: Position, prefetch: bool = False) -
         return AsyncInlineEngine(spec, position, prefetch)
     import asyncio
 
-    return _threaded(spec, ThreadedEngine(spec, position, asyncio.get_running_loop()))
+    from aioloader._iteration.threaded import threaded_engine
 
-
-def _threaded(spec: LoaderSpec, engine: ThreadedEngine) -> ThreadedEngine | DeviceEngine:
-    """`engine`, behind a device thread with `device_put`; closed by Ctrl-C."""
-    wrapped = engine if spec.device_put is None else DeviceEngine(engine, spec.device_put)
-    interrupts.watch(wrapped)
-    return wrapped
+    return threaded_engine(spec, position, asyncio.get_running_loop())

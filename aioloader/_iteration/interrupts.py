@@ -14,13 +14,13 @@ while the KeyboardInterrupt unwinds the main thread and releases the lock.
 
 The handler is only installed in the main thread and only over Python's own
 default handler, never over one the program set; it is put back when the last
-iterator closes in the main thread.
+iterator closes in the main thread. `signal` (its enums cost most of a millisecond
+to import) loads with the first engine watched: `worker_count=0` never needs it.
 """
 
 from __future__ import annotations
 
 import _thread
-import signal
 import threading
 import weakref
 from types import FrameType
@@ -32,6 +32,7 @@ class Closable(Protocol):
 
 
 _running: weakref.WeakSet[Closable] = weakref.WeakSet()
+_watched = False  # whether `watch` ever ran: until then no handler is ours, and `signal` not loaded
 
 
 def _in_main_thread() -> bool:
@@ -40,6 +41,10 @@ def _in_main_thread() -> bool:
 
 def watch(engine: Closable) -> None:
     """Close `engine` when SIGINT arrives (if SIGINT has Python's default handler)."""
+    global _watched
+    import signal
+
+    _watched = True
     _running.add(engine)
     if _in_main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
@@ -48,11 +53,17 @@ def watch(engine: Closable) -> None:
 def unwatch(engine: Closable) -> None:
     """Forget `engine`; restore Python's default handler when none is left."""
     _running.discard(engine)
+    if not _watched:
+        return
+    import signal
+
     if not _running and _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
+    import signal
+
     engines = list(_running)
     _running.clear()
     signal.signal(signal.SIGINT, signal.default_int_handler)

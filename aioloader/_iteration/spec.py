@@ -7,15 +7,17 @@ it instead of the loader, so nothing below `_loader` imports `_loader`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aioloader._common.options import ReadOptions
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.grain_state import GrainNames
 from aioloader._program.program import Program
-from aioloader._program.read_pool import ReadPool
 from aioloader._sampling.leftovers import Detour
 from aioloader._sampling.walk import Walk
+
+if TYPE_CHECKING:
+    from aioloader._program.read_pool import ReadPool  # loaded with the first workers
 
 
 class LoaderSpec(NamedTuple):

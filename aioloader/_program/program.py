@@ -44,9 +44,7 @@ from aioloader._operations.apply import Run, apply, apply_async
 from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.fused import PROBE_RECORDS, FusedMaps
 from aioloader._operations.transforms import Kind, Op, Operations
-from aioloader._program.early import EarlyRead
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
-from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, aread, read
 from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.walk import Walk
@@ -54,6 +52,9 @@ from aioloader._sources.protocols import is_async_source
 
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
+
+    from aioloader._program.early import EarlyRead  # loaded by `read_early`, for `start_prefetch()`
+    from aioloader._program.read_pool import ReadPool  # loaded with the first workers
 
 
 class Plan(enum.Enum):
@@ -135,6 +136,8 @@ class Program:
         async source, whose reads are awaited where they are needed."""
         if is_async_source(self.source):
             return None
+        from aioloader._program.early import EarlyRead
+
         self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
         return self.early
 
