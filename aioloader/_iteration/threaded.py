@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from aioloader._common.positions import Position
-from aioloader._device.device_put import DeviceEngine
+from aioloader._device.device_engine import DeviceEngine
 from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.threads import RunnerFactory, WorkerThreads, aclose_elsewhere, thread_runner
 from aioloader._executors.tuning import Tuner
