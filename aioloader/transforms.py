@@ -5,8 +5,9 @@ With `import aioloader as grain`, `grain.transforms.Map` and the rest work as in
 """
 
 from collections.abc import Sequence
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
+from aioloader._common.lazy import lazy_names as _lazy_names
 from aioloader._operations.transforms import Batch
 from aioloader._operations.transforms import FilterTransform as Filter
 from aioloader._operations.transforms import FlatMapTransform as _FlatMap
@@ -17,4 +18,19 @@ from aioloader._operations.transforms import RandomMapTransform as RandomMap
 Transformation = Union[Batch, Map, RandomMap, MapWithIndex, Filter, _FlatMap]  # noqa: UP007 - a runtime alias, as Grain's
 Transformations = Sequence[Transformation]
 
-__all__ = ["Batch", "Filter", "Map", "MapWithIndex", "RandomMap", "Transformation", "Transformations"]
+if TYPE_CHECKING:
+    from aioloader._dataset.mixing import DatasetSelectionMap
+
+# The Dataset API loads when first named (see `aioloader._common.lazy`).
+__getattr__, __dir__ = _lazy_names(__name__, {"DatasetSelectionMap": "aioloader._dataset.mixing"}, globals())
+
+__all__ = [
+    "Batch",
+    "DatasetSelectionMap",
+    "Filter",
+    "Map",
+    "MapWithIndex",
+    "RandomMap",
+    "Transformation",
+    "Transformations",
+]

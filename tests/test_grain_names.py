@@ -27,6 +27,7 @@ from tests.support.reference import assert_same_outputs
 NAMESPACES = {
     "transforms": {
         "Batch",
+        "DatasetSelectionMap",
         "Filter",
         "Map",
         "MapWithIndex",

@@ -9,6 +9,7 @@ Grain is read by index (`ds[i]`), never iterated, so none of its threads start.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -142,3 +143,70 @@ def test_negative_indices_are_grains(name: str) -> None:
     mine, theirs = NEGATIVE[name](MapDataset), NEGATIVE[name](grain.MapDataset)
     for index in (-1, -2, -3, -len(theirs) if len(theirs) < 10**6 else -7, -21):
         assert_same(mine[index], theirs[index], f"[{index}]")
+
+
+def test_concatenate_of_no_datasets_is_empty_as_grains(grain: ModuleType) -> None:
+    mine, theirs = MapDataset.concatenate([]), grain.MapDataset.concatenate([])
+    assert len(mine) == len(theirs) == 0
+    assert list(mine) == list(theirs) == []
+
+
+# (length, index -> (dataset, index in it)): the selection maps of Grain's mix tests.
+SELECTIONS: dict[str, tuple[int, Callable[[int], tuple[int, int]]]] = {
+    "interleaved": (10, lambda i: (i % 2, i // 2)),
+    "sequential": (10, lambda i: (i // 5, i % 5)),
+    "subset-shuffled": (6, lambda i: ((0, 1, 1, 0, 1, 0)[i], (0, 0, 2, 1, 1, 3)[i])),
+    "past-one-epoch": (12, lambda i: (i % 2, i)),  # reads the inputs' next epochs
+}
+
+
+@pytest.mark.parametrize("name", list(SELECTIONS))
+def test_select_from_datasets_is_grains(grain: ModuleType, name: str) -> None:
+    """Grain's `MapDataset.select_from_datasets`, given a Grain DatasetSelectionMap."""
+    length, pick = SELECTIONS[name]
+
+    class Selection(grain.transforms.DatasetSelectionMap):
+        def __len__(self) -> int:
+            return length
+
+        def __getitem__(self, index: int) -> tuple[int, int]:
+            if not 0 <= index < length:
+                raise IndexError(f"index {index} out of range")
+            return pick(index)
+
+    def inputs(M: Any) -> list[Any]:
+        return [M.range(0, 10, 2), M.range(1, 10, 2).map(lambda x: x * 100)]
+
+    mine = MapDataset.select_from_datasets(inputs(MapDataset), Selection())
+    theirs = grain.MapDataset.select_from_datasets(inputs(grain.MapDataset), Selection())
+    assert len(mine) == len(theirs) == length
+    assert [mine[i] for i in range(length)] == [theirs[i] for i in range(length)]
+    order = list(reversed(range(length)))
+    assert mine._getitems(order) == theirs._getitems(order)
+    assert list(mine.to_iter_dataset()) == list(theirs.to_iter_dataset())
+    assert list(mine.map(lambda x: -x)) == list(theirs.map(lambda x: -x))
+    with pytest.raises(IndexError):
+        mine[length]  # the map is asked for the index as given, as in Grain
+
+
+def test_select_from_datasets_takes_aioloaders_own_selection_map() -> None:
+    import aioloader
+
+    class Reversed(aioloader.transforms.DatasetSelectionMap):
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, index: int) -> tuple[int, int]:
+            return 0, 2 - index
+
+    assert list(MapDataset.select_from_datasets([MapDataset.range(3)], Reversed())) == [2, 1, 0]
+
+
+def test_select_from_datasets_refuses_a_bad_selection_map() -> None:
+    inputs = [MapDataset.range(3)]
+    with pytest.raises(TypeError, match=r"`selection_map` must have `__len__` and `__getitem__`"):
+        MapDataset.select_from_datasets(inputs, 3)
+    with pytest.raises(IndexError, match=r"`selection_map\[0\]` selects dataset 1, but there are 1"):
+        MapDataset.select_from_datasets(inputs, [(1, 0)])[0]
+    with pytest.raises(TypeError, match=r"`selection_map\[0\]` must be a pair"):
+        MapDataset.select_from_datasets(inputs, [0])[0]

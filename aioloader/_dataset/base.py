@@ -140,6 +140,14 @@ class MapDataset(abc.ABC, Generic[T]):
 
         return ConcatenateMapDataset(datasets)
 
+    @staticmethod
+    def select_from_datasets(datasets: Sequence[MapDataset[U]], selection_map: Any) -> MapDataset[U]:
+        """Element `k` is element `j` of `datasets[d]`, where `(d, j) = selection_map[k]`
+        (Grain's `DatasetSelectionMap`: any object with `len()` and `[]`); as long as the map."""
+        from aioloader._dataset.mixing import SelectFromDatasetsMapDataset
+
+        return SelectFromDatasetsMapDataset(datasets, selection_map)
+
     # Transformations.
 
     def seed(self, seed: int) -> MapDataset[T]:

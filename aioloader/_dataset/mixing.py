@@ -1,13 +1,17 @@
-"""`MapDataset.mix(datasets, weights)` and `MapDataset.concatenate(datasets)`.
+"""`MapDataset.mix(datasets, weights)`, `MapDataset.concatenate(datasets)` and Grain's
+`MapDataset.select_from_datasets(datasets, selection_map)`.
 
-Both map an index of the result to (which input, index in that input). Mixing uses
+Each maps an index of the result to (which input, index in that input). Mixing uses
 Grain's selection, so the order equals Grain's for the same weights: the weights are
 scaled so that the smallest is 100 and cut to ints, then position `k` goes to the
 input whose running share grows between `k` and `k + 1`. The mix is as long as the
 shortest input allows (`len(input) / share`, the smallest of them).
 
 Concatenation lays the inputs end to end; epoch `e` of the result is epoch `e` of
-each input, in order.
+each input, in order; no inputs make an empty dataset, as in Grain.
+
+`select_from_datasets` asks the user's selection map (Grain's `DatasetSelectionMap`:
+`len(map)` and `map[index] -> (input, index in it)`) for every index, as it is given.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from aioloader._common.validation import require_int
 from aioloader._dataset.base import MapDataset
 
 T = TypeVar("T")
@@ -31,8 +36,8 @@ T = TypeVar("T")
 class _SelectionMapDataset(MapDataset[T]):
     """Element `k` is element `j` of input `d`, where `(d, j) = self._select(k)`."""
 
-    def __init__(self, datasets: Sequence[MapDataset[T]]) -> None:
-        self._inputs = _require_datasets(datasets)
+    def __init__(self, datasets: Sequence[MapDataset[T]], *, allow_empty: bool = False) -> None:
+        self._inputs = _require_datasets(datasets, allow_empty)
         super().__init__(self._inputs)
 
     @abc.abstractmethod
@@ -86,7 +91,8 @@ class ConcatenateMapDataset(_SelectionMapDataset[T]):
     """The inputs one after the other (Grain's `MapDataset.concatenate`)."""
 
     def __init__(self, datasets: Sequence[MapDataset[T]]) -> None:
-        super().__init__(datasets)
+        # No datasets make an empty dataset, as in Grain (a host given no files, say).
+        super().__init__(datasets, allow_empty=True)
         self._sizes = [len(d) for d in self._inputs]
         forever = [i for i, size in enumerate(self._sizes) if size >= sys.maxsize]
         if forever:
@@ -105,6 +111,57 @@ class ConcatenateMapDataset(_SelectionMapDataset[T]):
 
     def __repr__(self) -> str:
         return f"MapDataset.concatenate({list(self._inputs)!r})"
+
+
+class DatasetSelectionMap(abc.ABC):
+    """Grain's `grain.transforms.DatasetSelectionMap`: index -> (dataset, index in it).
+
+    Subclass it (or give any object with the same two methods) to
+    `MapDataset.select_from_datasets`. It must be stateless: the loader may ask
+    for any index, from any thread, any number of times."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+
+class SelectFromDatasetsMapDataset(_SelectionMapDataset[T]):
+    """Element `k` is the one `selection_map[k]` names (Grain's `select_from_datasets`)."""
+
+    def __init__(self, datasets: Sequence[MapDataset[T]], selection_map: Any) -> None:
+        super().__init__(datasets)
+        if not (hasattr(selection_map, "__len__") and hasattr(selection_map, "__getitem__")):
+            raise TypeError(
+                "`selection_map` must have `__len__` and `__getitem__` (a DatasetSelectionMap), "
+                f"got {selection_map!r:.200}."
+            )
+        self._map = selection_map
+        self._length = require_int("len(selection_map)", len(selection_map), minimum=0)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _select(self, index: int) -> tuple[int, int]:
+        # The index as asked, negative or past the length too: as in Grain, the map decides.
+        selected = self._map[index]
+        try:
+            which, inner = selected
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"`selection_map[{index}]` must be a pair (dataset, index), got {selected!r:.200}."
+            ) from None
+        which = require_int(f"selection_map[{index}][0]", which, minimum=0)
+        if which >= len(self._inputs):
+            raise IndexError(
+                f"`selection_map[{index}]` selects dataset {which}, but there are {len(self._inputs)}."
+            )
+        return which, require_int(f"selection_map[{index}][1]", inner)
+
+    def __repr__(self) -> str:  # the map by its type and length: a default repr holds an address
+        selection = f"{type(self._map).__qualname__}(len={self._length})"
+        return f"MapDataset.select_from_datasets({list(self._inputs)!r}, {selection})"
 
 
 def integer_proportions(weights: Sequence[float]) -> tuple[int, ...]:
@@ -132,10 +189,10 @@ def select_by_proportions(index: int, proportions: tuple[int, ...]) -> tuple[int
     raise AssertionError(f"no input selected for index {index} with proportions {proportions}")
 
 
-def _require_datasets(datasets: Any) -> tuple[MapDataset[Any], ...]:
+def _require_datasets(datasets: Any, allow_empty: bool) -> tuple[MapDataset[Any], ...]:
     if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
         raise TypeError(f"`datasets` must be a list or tuple of MapDatasets, got {type(datasets).__name__}.")
-    if not datasets:
+    if not datasets and not allow_empty:
         raise ValueError("`datasets` must hold at least one MapDataset, got an empty sequence.")
     wrong = [i for i, d in enumerate(datasets) if not isinstance(d, MapDataset)]
     if wrong:
