@@ -2,11 +2,13 @@
 
 The expected values are written out, so that every interpreter checks them; where Grain
 0.2.18 is installed (the GIL build of 3.11) the same calls are compared with Grain's.
+Also: a MapDataset batch after a flat map is refused when it is made, as in Grain.
 """
 
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,3 +94,32 @@ def test_bad_arguments_are_named(values: list[Any], size: Any, message: str) -> 
 def test_mismatched_elements_are_a_value_error() -> None:
     with pytest.raises(ValueError, match="cannot batch"):
         batch_and_pad([(1, 2), (1,)], batch_size=3)
+
+
+class FanOut:
+    """A flat map of up to 3 elements, giving 2: every third slot is a None hole."""
+
+    max_fan_out = 3
+
+    def flat_map(self, element: int) -> list[int]:
+        return [element, element]
+
+
+def after_flat_map(lib: Any) -> list[Any]:
+    """The MapDatasets Grain refuses to batch: a flat map upstream, nearby or further up."""
+    flat = lib.experimental.FlatMapMapDataset(lib.MapDataset.range(4), FanOut())
+    return [flat, flat.map(lambda x: x + 1), flat.slice(slice(0, 6)), flat.repeat(2)]
+
+
+def test_batch_after_a_flat_map_is_refused_like_grain(grain: ModuleType) -> None:
+    """A MapDataset batch after a flat map (whose None holes it would batch) is a ValueError
+    when it is made, as in Grain; from an IterDataset, as Grain advises, it batches."""
+    for theirs, mine in zip(after_flat_map(grain), after_flat_map(aioloader), strict=True):
+        with pytest.raises(ValueError, match="can not follow `FlatMapMapDataset`"):
+            theirs.batch(2)
+        with pytest.raises(ValueError, match="`batch` cannot follow `FlatMapMapDataset`"):
+            mine.batch(2)
+    flat = after_flat_map(aioloader)[0]
+    expected = list(after_flat_map(grain)[0].to_iter_dataset().batch(3))
+    for got, want in zip(list(flat.to_iter_dataset().batch(3)), expected, strict=True):
+        assert_same(got, want)

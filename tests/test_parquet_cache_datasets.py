@@ -139,6 +139,44 @@ def test_several_files_written_out(two_files: list[str], many_files: list[str]) 
     assert values(ParquetIterDataset(many_files[:1])) == [0]  # a list of one: that file
 
 
+SLICES = [slice(0, 1), slice(1, 2), slice(None, None, 2), slice(3, 17, 5), slice(None, None, -1)]
+
+
+def test_set_slice_like_grain(grain: ModuleType, two_files: list[str], many_files: list[str]) -> None:
+    """`set_slice(sl)` keeps the files `paths[sl]`, in place (Grain's way to shard by file)."""
+    for paths in (two_files, many_files):
+        for sl in SLICES:
+            if not paths[sl]:
+                continue
+            mine, theirs = ParquetIterDataset(paths), grain.experimental.ParquetIterDataset(paths)
+            mine.set_slice(sl)
+            theirs.set_slice(sl, sequential_slice=True)
+            assert_rows(list(mine), list(theirs))
+
+
+def test_set_slice_written_out(two_files: list[str], many_files: list[str]) -> None:
+    for k in range(len(two_files)):
+        ds = ParquetIterDataset(two_files)
+        ds.set_slice(slice(k, k + 1), sequential_slice=False)
+        assert list(ds) == [{"text": t} for t in TEXT[k]]
+        assert_resumes(ds)
+    ds = ParquetIterDataset(many_files)
+    ds.set_slice(slice(None, None, 6))  # files 0, 6 and 12: 1 row each
+    assert values(ds) == [0, 60, 120]
+    with pytest.raises(ValueError, match=r"`sl` slice\(2, 5, None\) leaves none of the 2 files"):
+        ParquetIterDataset(two_files).set_slice(slice(2, 5))
+    with pytest.raises(TypeError, match="`sl` must be a slice, got 1"):
+        ParquetIterDataset(two_files).set_slice(1)  # type: ignore[arg-type]
+
+
+def assert_resumes(ds: Any) -> None:
+    everything = list(ds)
+    for k in range(len(everything) + 1):
+        fresh = iter(ds)
+        fresh.set_state(state_after(ds, k))
+        assert list(fresh) == everything[k:], k
+
+
 def test_read_kwargs_passed_through(grain: ModuleType, mixed_file: str) -> None:
     for kwargs in ({"memory_map": True}, {"binary_type": pa.binary_view()}, {"buffer_size": 1024}):
         mine = list(ParquetIterDataset(mixed_file, **kwargs))
@@ -411,8 +449,41 @@ def test_cache_state_back_on_one_iterator() -> None:
     assert end["dataset"] == {"stage": "cache", "position": 4, "parent": end["dataset"]["parent"]}
     iterator.set_state(start)
     assert list(iterator) == [0, 1, 2, 3]
-    assert iterator.get_state()["dataset"] == {"stage": "cache", "position": 4, "parent": None}
+    # The parent stays where `set_state` put it (as Grain's): it was not read again.
+    parent = start["dataset"]["parent"]
+    assert iterator.get_state()["dataset"] == {"stage": "cache", "position": 4, "parent": parent}
     assert counter.count == 4  # the second pass came from the cache
+
+
+def test_cache_state_round_trips_like_grain(grain: ModuleType) -> None:
+    """A state has one shape, from the parent's start to the cache's end and from the cache,
+    and `get_state()` after `set_state(s)` is `s`: Grain's own checkpoint test passes."""
+    for build in (
+        lambda lib: lib.MapDataset.range(5).to_iter_dataset(),
+        lambda lib: lib.experimental.LimitIterDataset(lib.MapDataset.range(10).to_iter_dataset(), 5),
+    ):
+        mine = CacheIterDataset(build(aioloader))
+        grain.experimental.assert_equal_output_after_checkpoint(mine)
+        grain.experimental.assert_equal_output_after_checkpoint(RepeatIterDataset(mine, num_epochs=2))
+        theirs = grain.experimental.CacheIterDataset(build(grain))
+        assert list(mine) == list(theirs)
+
+
+def test_cache_state_from_the_cache_resumes() -> None:
+    ds = CacheIterDataset(in_order(4))
+    iterator = iter(ds)
+    states = [iterator.get_state()]
+    for _ in range(4):
+        next(iterator)
+        states.append(iterator.get_state())
+    shape = {key: type(value) for key, value in states[0]["dataset"].items()}
+    for k, state in enumerate(states):
+        assert {key: type(value) for key, value in state["dataset"].items()} == shape, k
+        for other in (ds, CacheIterDataset(in_order(4))):  # from the full cache, and not
+            fresh = iter(other)
+            fresh.set_state(json.loads(json.dumps(state)))
+            assert fresh.get_state() == state, k
+            assert list(fresh) == [0, 1, 2, 3][k:], k
 
 
 def test_cache_states_of_other_pipelines() -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from aioloader._common.failures import note
 from aioloader._common.validation import require_int
 from aioloader._dataset.base import MapDataset
+from aioloader._dataset.flat_mapping import FlatMapMapDataset
 from aioloader._dataset.functions import add_note
 from aioloader._dataset.mapping import FilterMapDataset
 from aioloader._operations.batching import stack
@@ -73,7 +74,8 @@ class BatchMapDataset(MapDataset[Any]):
 
 
 def _refuse_holes(parent: MapDataset[Any]) -> None:
-    """Grain's rule: no batch after a filter upstream, whose `None` holes would be batched."""
+    """Grain's rule: no batch after a filter or a flat map upstream, whose `None` holes
+    would be batched (Grain refuses both when the batch is made)."""
     to_check: list[MapDataset[Any]] = [parent]
     while to_check:
         node = to_check.pop()
@@ -81,6 +83,11 @@ def _refuse_holes(parent: MapDataset[Any]) -> None:
             raise ValueError(
                 f"`batch` cannot follow `filter` ({node!r}): a filter leaves None holes. "
                 "Batch before the filter, or batch an IterDataset made from it."
+            )
+        if isinstance(node, FlatMapMapDataset):
+            raise ValueError(
+                f"`batch` cannot follow `FlatMapMapDataset` ({node!r}): its unused slots are None "
+                "holes. Batch an IterDataset made from it (`to_iter_dataset()`)."
             )
         to_check.extend(getattr(node, "_parents", ()))
 

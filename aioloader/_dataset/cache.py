@@ -9,8 +9,10 @@ cache is full, reads nothing again. The elements kept are the very objects the p
 gave, given again as they are (as in Grain): a transformation after the cache must not
 change them in place. The parent must be finite and fit in memory.
 
-The state is the position (elements given) and, while the parent runs, the parent's
-state (None once the elements come from the cache). As in Grain, a fresh run given a
+The state is the position (elements given) and the parent's state: where the parent
+stands while it is read; while the elements come from the cache, the parent's state at
+its end, or the one `set_state` gave. So, as in Grain, a state always has one shape, and
+`get_state()` right after `set_state(s)` is `s` again. As in Grain, a fresh run given a
 state at position `n` while the cache is not full reads the parent again from its start,
 keeping its first `n` elements, so that the cache is full at its end; a state whose
 parent ended before `n` elements is a ValueError. The parent's state in it is checked
@@ -25,6 +27,7 @@ the parent again), and the cache lives as long as the dataset does.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -55,21 +58,24 @@ class CacheIterDataset(IterDataset[T]):
 
 
 class Kept:
-    """The elements of a full read of the parent, once a run has made one (any thread)."""
+    """The elements of a full read of the parent, and the parent's state at its end, once
+    a run has made one (any thread)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._elements: tuple[Any, ...] | None = None
+        self._end: dict[str, Any] | None = None
 
-    def elements(self) -> tuple[Any, ...] | None:
+    def elements(self) -> tuple[tuple[Any, ...], dict[str, Any] | None] | None:
+        """The elements and the parent's state at its end; None before a full read."""
         with self._lock:
-            return self._elements
+            return None if self._elements is None else (self._elements, self._end)
 
-    def keep(self, elements: list[Any]) -> None:
+    def keep(self, elements: list[Any], end: dict[str, Any]) -> None:
         """Keep `elements` unless another run kept its own first (they are equal)."""
         with self._lock:
             if self._elements is None:
-                self._elements = tuple(elements)
+                self._elements, self._end = tuple(elements), end
 
 
 class CacheStage(Stage[Any]):
@@ -78,12 +84,17 @@ class CacheStage(Stage[Any]):
 
     def __init__(self, fresh_run: Callable[[], Stage[Any]], kept: Kept) -> None:
         self._fresh_run, self._kept = fresh_run, kept
-        self._elements = kept.elements()
+        found = kept.elements()
+        self._elements: tuple[Any, ...] | None = None if found is None else found[0]
+        # The parent's state while it is not read: at its end, or as `set_state` gave it.
+        self._recorded: dict[str, Any] | None = None if found is None else found[1]
         self._parent: Stage[Any] | None = None if self._elements is not None else fresh_run()
         super().__init__(() if self._parent is None else (self._parent,))
         self._position = 0  # elements given
         self._keeping: list[Any] | None = []  # what the parent gave, while it is read from its start
-        self._refill = 0  # elements to read again from a fresh parent before the next (see set_state)
+        # Elements to read again from a fresh parent before the next (see set_state); None
+        # once the parent is being read.
+        self._refill: int | None = None
         self._ended = False
         self._closed = False
 
@@ -103,7 +114,7 @@ class CacheStage(Stage[Any]):
         assert self._parent is not None
         if self._ended:
             raise StopIteration
-        if self._refill:
+        if self._refill is not None:
             self._read_again()
         try:
             element = next(self._parent)
@@ -111,7 +122,7 @@ class CacheStage(Stage[Any]):
             self._ended = True
             # A parent cut short by `close` ends early: what it gave is not all of it.
             if self._keeping is not None and not self._closed:
-                self._kept.keep(self._keeping)
+                self._kept.keep(self._keeping, self._parent.get_state())
             raise
         if self._keeping is not None:
             self._keeping.append(element)
@@ -120,7 +131,8 @@ class CacheStage(Stage[Any]):
     def _read_again(self) -> None:
         """Read the first `_refill` elements from the parent's start again, keeping them."""
         assert self._parent is not None
-        count, self._refill = self._refill, 0
+        assert self._refill is not None
+        count, self._refill = self._refill, None
         self._keeping = []
         for _ in range(count):
             try:
@@ -132,21 +144,27 @@ class CacheStage(Stage[Any]):
                     f"{len(self._keeping)} elements: it is not the state of this pipeline."
                 ) from None
 
-    def snapshot(self) -> tuple[int, Any]:
-        if self._parent is None:
-            return self._position, None
-        return self._position, self._parent.snapshot()
+    def snapshot(self) -> tuple[int, bool, Any]:
+        """The position, whether the parent is being read, and then its token, else the
+        parent's state as recorded (at its end, or as `set_state` gave it)."""
+        if self._parent is None or self._refill is not None:
+            return self._position, False, self._recorded
+        return self._position, True, self._parent.snapshot()
 
-    def state_of(self, token: tuple[int, Any]) -> dict[str, Any]:
-        position, parent = token
-        parent_state = None if self._parent is None else self._parent.state_of(parent)
-        return {"stage": "cache", "position": position, "parent": parent_state}
+    def state_of(self, token: tuple[int, bool, Any]) -> dict[str, Any]:
+        position, reading, parent = token
+        if reading:
+            assert self._parent is not None
+            parent = self._parent.state_of(parent)
+        return {"stage": "cache", "position": position, "parent": parent}
 
     def set_state(self, state: dict[str, Any]) -> None:
         position, parent = state_fields(state, "cache", ("position", "parent"))
         self._position = require_count("position", position)
         if parent is not None:
             self._check_parent(parent)
+        # Reported until the parent is read again: `get_state()` gives `state` back.
+        self._recorded = copy.deepcopy(parent)
         if self._elements is not None:
             if self._position > len(self._elements):
                 raise ValueError(

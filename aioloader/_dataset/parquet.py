@@ -15,6 +15,7 @@ Grain interleaves them: aioloader's `InterleaveIterDataset` over one dataset per
 with a cycle length of 16, so the order is Grain's element for element and at most 16
 files are open at once. `read_kwargs` go to `pyarrow.parquet.ParquetFile` for each file
 (a `filesystem` there reaches remote files; a URL such as `gs://...` pyarrow resolves).
+`set_slice(sl)` keeps the files `paths[sl]`, in place, as Grain's does to shard by file.
 
 The state of one file is its row group and the rows given from it (Grain's fields);
 that of several files is the interleave's, naming each open file's state.
@@ -67,6 +68,20 @@ class ParquetIterDataset(IterDataset[Row]):
         # One dataset per file, made once: a pipeline compiled again (a repeat's epochs,
         # `set_state`) reuses them.
         self._files = [_ParquetFileDataset(p, self._read_kwargs) for p in self._paths]
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Keep only the files `self._paths[sl]` (Grain's way to shard a Parquet dataset by
+        file, in place). `sequential_slice` is accepted and ignored, as in Grain: a file's
+        rows stay whole and in order either way."""
+        if not isinstance(sl, slice):
+            raise TypeError(f"`sl` must be a slice, got {sl!r:.200}.")
+        files = self._files[sl]
+        if not files:
+            # Grain fails at the first `next()` (an interleave of no file); here, at once.
+            raise ValueError(
+                f"`sl` {sl} leaves none of the {len(self._files)} files: {describe_paths(self._paths)}."
+            )
+        self._files, self._paths = files, self._paths[sl]
 
     def _plan(self, settings: Settings) -> Plan:
         if len(self._files) == 1:
