@@ -277,3 +277,79 @@ def test_grains_read_options_are_accepted() -> None:
 def test_grains_multiprocessing_options_mean_threads() -> None:
     ds = al.MapDataset.range(20).to_iter_dataset().map(lambda x: x + 1)
     assert list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))) == list(range(1, 21))
+
+
+def custom_pipeline(g: Any) -> tuple[Any, Any]:
+    """Grain's documented custom dataset pattern, written against module `g`: an IterDataset
+    subclass whose iterator subclasses DatasetIterator(parent) and uses `self._parent`, and
+    a MapDataset subclass over `self._parent`; then one of Grain's own nodes after each."""
+
+    class PlusOneIterator(g.DatasetIterator):  # type: ignore[misc,name-defined]
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parent)
+
+        def __next__(self) -> int:
+            return int(next(self._parent)) + 1
+
+        def get_state(self) -> Any:
+            return self._parent.get_state()
+
+        def set_state(self, state: Any) -> None:
+            self._parent.set_state(state)
+
+    class PlusOne(g.IterDataset):  # type: ignore[misc,name-defined]
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parent)
+
+        def __iter__(self) -> Any:
+            return PlusOneIterator(self._parent.__iter__())
+
+    class Doubled(g.MapDataset):  # type: ignore[misc,name-defined]
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parent)
+
+        def __len__(self) -> int:
+            return len(self._parent)
+
+        def __getitem__(self, index: Any) -> Any:
+            return self._parent[index] * 2
+
+    shuffled = g.MapDataset.range(12).shuffle(seed=5)
+    return PlusOne(shuffled.to_iter_dataset()).map(lambda x: x * 10), Doubled(shuffled).map(lambda x: x + 1)
+
+
+def test_grains_custom_dataset_and_iterator_subclasses_work_as_in_grain() -> None:
+    mine_iter, mine_map = custom_pipeline(al)
+    theirs_iter, theirs_map = custom_pipeline(grain)
+    assert list(mine_map) == list(theirs_map)
+    assert mine_map[3] == theirs_map[3]
+    assert list(mine_iter) == list(theirs_iter)
+    mine, theirs = iter(mine_iter), iter(theirs_iter)
+    assert [next(mine) for _ in range(4)] == [next(theirs) for _ in range(4)]
+    state = mine.get_state()
+    rest = list(mine)
+    assert rest == list(theirs)
+    mine.set_state(state)
+    assert list(mine) == rest  # the user's get_state/set_state reach the parent's
+    again = iter(custom_pipeline(al)[0])
+    again.set_state(state)
+    assert list(again) == rest
+
+
+def test_a_custom_iterator_without_its_methods_is_a_clear_error() -> None:
+    class Lazy(al.DatasetIterator):  # type: ignore[type-arg]
+        pass
+
+    parent = iter(al.MapDataset.range(3).to_iter_dataset())
+    lazy = Lazy(parent)
+    assert lazy._parent is parent
+    with pytest.raises(TypeError, match="Lazy must define `__next__`"):
+        next(lazy)
+    with pytest.raises(TypeError, match="Lazy must define `get_state`"):
+        lazy.get_state()
+    with pytest.raises(TypeError, match="Lazy must define `set_state`"):
+        lazy.set_state({})
+    with pytest.raises(AttributeError, match="`_parent` is for an iterator of one parent; this one has 2"):
+        _ = Lazy([parent, parent])._parent
+    lazy.close()  # closes the parent
+    assert list(parent) == []

@@ -74,6 +74,16 @@ class MapDataset(abc.ABC, Generic[T]):
         """The datasets this one transforms (none for a source)."""
         return self._parents
 
+    @functools.cached_property
+    def _parent(self) -> MapDataset[Any]:
+        """The one dataset this one transforms (Grain's spelling, for a user's own subclass;
+        aioloader's nodes set their own)."""
+        if len(self._parents) != 1:
+            raise AttributeError(
+                f"`_parent` is for a dataset of one parent; {type(self).__name__} has {len(self._parents)}."
+            )
+        return self._parents[0]
+
     @abc.abstractmethod
     def __len__(self) -> int:
         """The length of one epoch (`sys.maxsize` when it repeats forever)."""

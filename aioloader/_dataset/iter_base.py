@@ -69,6 +69,16 @@ class IterDataset(Generic[T]):
         """The datasets this one transforms (MapDatasets or IterDatasets)."""
         return self._parents
 
+    @functools.cached_property
+    def _parent(self) -> Any:
+        """The one dataset this one transforms (Grain's spelling, for a user's own subclass;
+        aioloader's nodes set their own)."""
+        if len(self._parents) != 1:
+            raise AttributeError(
+                f"`_parent` is for a dataset of one parent; {type(self).__name__} has {len(self._parents)}."
+            )
+        return self._parents[0]
+
     def _plan(self, settings: Settings) -> Plan:
         """This node compiled: a parallel part still open to operations, or a stage.
 
@@ -263,7 +273,8 @@ class _WithSeedIterDataset(IterDataset[T]):
         self._seed_rng_seed = require_int("seed", seed, minimum=0)
 
     def _plan(self, settings: Settings) -> Plan:
-        return self._parent._plan(settings)
+        plan: Plan = self._parent._plan(settings)
+        return plan
 
     def __repr__(self) -> str:
         return f"{self._parent!r}.seed({self._seed_rng_seed})"

@@ -279,11 +279,46 @@ class _Run:
             await self.background.ajoin()
 
 
+class _Parents:
+    """The "run" of a user's own iterator (Grain's `DatasetIterator(parents)` form): the
+    iterators it reads from, which it closes, starts and counts; its subclass defines
+    `__next__`, `get_state` and `set_state`."""
+
+    def __init__(self, parents: tuple[Any, ...], owner: str) -> None:
+        self.parents, self._owner = parents, owner
+
+    def next(self) -> Any:
+        raise TypeError(f"{self._owner} must define `__next__` (a DatasetIterator made from parents).")
+
+    async def anext(self) -> Any:
+        return self.next()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def get_state(self) -> dict[str, Any]:
+        raise TypeError(f"{self._owner} must define `get_state` (a DatasetIterator made from parents).")
+
+    def statistics(self) -> list[LoaderStatistics]:
+        return [figures for parent in self._each("statistics") for figures in parent()]
+
+    def start_prefetch(self) -> None:
+        for start in self._each("start_prefetch"):
+            start()
+
+    def close(self) -> None:
+        for close in self._each("close"):
+            close()
+
+    def _each(self, method: str) -> list[Any]:
+        return [getattr(p, method) for p in self.parents if callable(getattr(p, method, None))]
+
+
 class _Holder:
     """Owns the current run; the iterator's finalizer closes it without a reference to
     the iterator, so that garbage collection can run it."""
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: _Run | _Parents) -> None:
         self.run = run
 
     def close(self) -> None:
@@ -297,6 +332,7 @@ class _Iterator(CheckpointableIterator, Generic[T]):
 
     def __init__(self, dataset: IterDataset[T]) -> None:
         self._dataset = dataset
+        self._parents: tuple[Any, ...] = ()
         self._holder = _Holder(_Run(dataset, self._asynchronous))
         # Callers in several threads take turns, and `set_state` lands between two outputs
         # (reentrant: a transformation may call it inside `next()` of an in-order stage).
@@ -327,6 +363,10 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         What was read ahead is dropped; a closed or ended iterator is open again. A state
         of another pipeline is a ValueError that names what differs.
         """
+        if isinstance(self._holder.run, _Parents):
+            raise TypeError(
+                f"{type(self).__name__} must define `set_state` (a DatasetIterator made from parents)."
+            )
         with self._turn:  # after a `next()` running in another thread, never during it
             fresh = _Run(self._dataset, self._asynchronous)
             try:
@@ -337,6 +377,15 @@ class _Iterator(CheckpointableIterator, Generic[T]):
             old, self._holder.run = self._holder.run, fresh
         old.close()
 
+    @property
+    def _parent(self) -> Any:
+        """The one iterator a user's own iterator reads from (Grain's spelling)."""
+        if len(self._parents) != 1:
+            raise AttributeError(
+                f"`_parent` is for an iterator of one parent; this one has {len(self._parents)}."
+            )
+        return self._parents[0]
+
 
 class DatasetIterator(_Iterator[T]):
     """Iterates an IterDataset in the caller's thread; see `IterDataset`.
@@ -346,7 +395,21 @@ class DatasetIterator(_Iterator[T]):
     naming the transformation and the element, and the iterator is then closed; it
     raises StopIteration at the end. `close()` stops and joins every thread it started
     (dropping the iterator does too).
+
+    As in Grain, a user's own iterator subclasses it and is made from the iterators it
+    reads from, `DatasetIterator(parents)` (`self._parent` when there is one), and
+    defines `__next__`, `get_state` and `set_state`; an `IterDataset` subclass returns
+    it from `__iter__`. `close()`, `start_prefetch()` and `statistics()` then reach the
+    parents.
     """
+
+    def __init__(self, parents: IterDataset[T] | _Iterator[Any] | tuple[Any, ...] | list[Any] = ()) -> None:
+        if isinstance(parents, IterDataset):
+            super().__init__(parents)
+            return
+        self._parents = (parents,) if isinstance(parents, _Iterator) else tuple(parents)
+        self._holder = _Holder(_Parents(self._parents, type(self).__name__))
+        self._turn = threading.RLock()
 
     def __iter__(self) -> DatasetIterator[T]:
         return self

@@ -35,7 +35,8 @@ class PrefetchIterDataset(IterDataset[T]):
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
 
     def _plan(self, settings: Settings) -> Plan:
-        return self._parent._plan(self._settings)
+        plan: Plan = self._parent._plan(self._settings)
+        return plan
 
     def __repr__(self) -> str:
         s = self._settings
