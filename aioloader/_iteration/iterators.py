@@ -91,6 +91,11 @@ class _Cursor(Generic[E]):
         # A snapshot counts a wait in progress as waiting: the consumer's busy time never
         # goes down (it is a Prometheus counter).
         self.waits: tuple[float, float | None] = (0.0, None)
+        # The most elapsed and waited seconds a snapshot has reported: a snapshot taken in
+        # another thread just as the engine stops reads the clock after the consumer kept
+        # its final figures, and the next one must not report less (Prometheus counters).
+        self._reported = (0.0, 0.0)
+        self._reporting = threading.Lock()
 
     def statistics(self) -> LoaderStatistics:
         from aioloader._observability.statistics import Observation, snapshot
@@ -100,13 +105,21 @@ class _Cursor(Generic[E]):
         if engine is not None:
             now = time.perf_counter()
             waited += 0.0 if since is None else now - since
-            return snapshot(engine.observe(), self.meter, now - self.since, waited)
+            elapsed, waited = self._never_less(now - self.since, waited)
+            return snapshot(engine.observe(), self.meter, elapsed, waited)
         # Stopped: after a close from another thread, the consumer counts the outputs
         # it took from the current `Outputs` only when it next steps; count them here.
         # Before the first `next()` there is no engine yet, and no time counts.
         nothing = Observation((), (), (), 0, 0)
         observation, until = self.final or (nothing, self.since)
-        return snapshot(observation, self.meter, until - self.since, waited, self._delivered())
+        elapsed, waited = self._never_less(until - self.since, waited)
+        return snapshot(observation, self.meter, elapsed, waited, self._delivered())
+
+    def _never_less(self, elapsed: float, waited: float) -> tuple[float, float]:
+        """`elapsed` and `waited`, or more: at least what an earlier snapshot reported."""
+        with self._reporting:
+            reported = self._reported = (max(elapsed, self._reported[0]), max(waited, self._reported[1]))
+        return reported
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
         """The engine stops: keep its last figures (its counters, not its data)."""
