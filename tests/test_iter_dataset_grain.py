@@ -279,6 +279,18 @@ def test_grains_multiprocessing_options_mean_threads() -> None:
     assert list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))) == list(range(1, 21))
 
 
+def test_grains_deprecated_prefetch_takes_its_keyword() -> None:
+    options = grain.MultiprocessingOptions(num_workers=2)
+    ds = al.MapDataset.range(20).to_iter_dataset().map(lambda x: x + 1)
+    expected = list(grain.MapDataset.range(20).to_iter_dataset().map(lambda x: x + 1))
+    assert list(ds.prefetch(multiprocessing_options=options)) == expected
+    assert list(ds.prefetch(options)) == list(ds.prefetch(2)) == expected
+    with pytest.raises(TypeError, match="takes one of `worker_count` and `multiprocessing_options`"):
+        ds.prefetch(2, multiprocessing_options=options)
+    with pytest.raises(TypeError, match="takes one of"):
+        ds.prefetch()
+
+
 def custom_pipeline(g: Any) -> tuple[Any, Any]:
     """Grain's documented custom dataset pattern, written against module `g`: an IterDataset
     subclass whose iterator subclasses DatasetIterator(parent) and uses `self._parent`, and

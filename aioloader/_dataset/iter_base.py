@@ -219,18 +219,29 @@ class IterDataset(Generic[T]):
     # How it runs.
 
     def prefetch(
-        self, worker_count: int | MultiprocessingOptions, *, executor: str = "thread"
+        self,
+        worker_count: int | MultiprocessingOptions | None = None,
+        *,
+        executor: str = "thread",
+        multiprocessing_options: MultiprocessingOptions | None = None,
     ) -> IterDataset[T]:
         """The same elements, with every parallel part upstream run on `worker_count` worker
         threads of aioloader's engine (each part its own; `executor="interpreter"` runs
         their maps and filters before the batch in subinterpreters, as `DataLoader` does).
 
-        Grain's form, `prefetch(MultiprocessingOptions(num_workers=n))`, is accepted too,
-        and means threads. The output is the same for every worker count.
+        Grain's form, `prefetch(MultiprocessingOptions(num_workers=n))` (also by its keyword,
+        `multiprocessing_options=`), is accepted too, and means threads. The output is the
+        same for every worker count.
         """
         from aioloader._dataset.prefetch import PrefetchIterDataset
 
-        return PrefetchIterDataset(self, worker_count, executor)
+        if (worker_count is None) == (multiprocessing_options is None):
+            raise TypeError(
+                "`prefetch` takes one of `worker_count` and `multiprocessing_options`, "
+                f"got {worker_count!r} and {multiprocessing_options!r}."
+            )
+        given = worker_count if multiprocessing_options is None else multiprocessing_options
+        return PrefetchIterDataset(self, given, executor)
 
     def mp_prefetch(
         self,
