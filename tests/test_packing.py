@@ -396,6 +396,33 @@ def test_split_packing_equals_grains(case: str) -> None:
     assert_rows_equal([row for row, _ in ConcatThenSplitPacker(lengths, **options).pack(source)], theirs)
 
 
+def test_packer_states_keep_one_structure_for_grains_checkpoint_check() -> None:
+    """Every state of a packer has the same structure, the first too (a 0 offset per feature
+    when no element is cut, not None): Grain's public `assert_equal_output_after_checkpoint`
+    compares them, then resumes from each; concat-then-split's offsets used to appear
+    only once an element was cut."""
+    source = [{"t": np.arange(1, n + 1), "id": np.array([n])} for n in (3, 8, 5, 2, 9, 1, 4)]
+    packer = ConcatThenSplitPacker({"t": 4, "id": 1}, meta_features=["id"])
+    assert packer.start_state() == SplitState(0, {"t": 0}, 0)
+    assert all(sorted(state.offsets or {}) == ["t"] for _, state in packer.pack(source))
+    experimental = grain_experimental()
+    import aioloader
+
+    makers: list[Callable[[Any], Any]] = [
+        lambda ds: aioloader.ConcatThenSplitIterDataset(
+            ds, length_struct={"t": 4, "id": 1}, meta_features=["id"]
+        ),
+        lambda ds: aioloader.ConcatThenSplitIterDataset(
+            ds, length_struct={"t": 4, "id": 1}, meta_features=["id"], split_full_length_features=False
+        ),
+        lambda ds: aioloader.FirstFitPackIterDataset(ds, length_struct={"t": 9, "id": 3}, num_packing_bins=2),
+    ]
+    for make in makers:
+        experimental.assert_equal_output_after_checkpoint(
+            make(aioloader.MapDataset.source(source).to_iter_dataset())
+        )
+
+
 def test_the_packing_benchmark_runs_and_agrees_with_grain(capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m benchmarks.packing_bench`, small: a row per packer and loader (Grain's where it
     installs, after checking its rows equal ours), padding between 0 and 1."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage, check_setup, state_fields
-from aioloader._operations.concat_then_split import BOSHandling, ConcatThenSplitPacker, SplitState
+from aioloader._operations.concat_then_split import BOSHandling, ConcatThenSplitPacker
 from aioloader._operations.packing import BestFitPacker, FirstFitPacker, PackState
 
 
@@ -81,7 +81,7 @@ class FirstFitPackIterDataset(_PackIterDataset):
         packer = self._packer_class(length_struct, num_packing_bins, **given)
         options = _setup_text(length_struct=length_struct, num_packing_bins=num_packing_bins, **given)
         super().__init__(
-            parent, lambda stage, setup: PackerStage(stage, packer, "pack", PackState, setup), options
+            parent, lambda stage, setup: PackerStage(stage, packer, "pack", PackState(), setup), options
         )
 
 
@@ -137,7 +137,7 @@ class ConcatThenSplitIterDataset(_PackIterDataset):
         options = _setup_text(length_struct=length_struct, **given)
         super().__init__(
             parent,
-            lambda stage, setup: PackerStage(stage, packer, "concat_then_split", SplitState, setup),
+            lambda stage, setup: PackerStage(stage, packer, "concat_then_split", packer.start_state(), setup),
             options,
         )
 
@@ -177,15 +177,18 @@ class _Packer(Protocol):
 
 class PackerStage(Stage[dict[str, Any]]):
     """A packer running over the parent. Its state is `{"stage": kind, "parent": ...}` and
-    the fields of the packer's own state (`PackState` or `SplitState`), by name."""
+    the fields of the packer's own state (`PackState` or `SplitState`), by name.
 
-    def __init__(
-        self, parent: Stage[Any], packer: _Packer, kind: str, state_type: type[Any], setup: str
-    ) -> None:
+    `start` is the packer's state before its first row. It has the fields, and the
+    structure, of every later state: a checkpoint's layout never changes as the run goes
+    on (Grain's `assert_equal_output_after_checkpoint` and a checkpointer restoring into
+    a template compare it)."""
+
+    def __init__(self, parent: Stage[Any], packer: _Packer, kind: str, start: Any, setup: str) -> None:
         super().__init__((parent,))
-        self._parent, self._packer, self._kind, self._state_type = parent, packer, kind, state_type
+        self._parent, self._packer, self._kind, self._begin = parent, packer, kind, start
         self._setup = setup
-        self._fields = tuple(field.name for field in dataclasses.fields(state_type))
+        self._fields = tuple(field.name for field in dataclasses.fields(start))
         self._rows: Iterator[tuple[dict[str, Any], Any]] | None = None
         self._inputs: _Inputs | None = None
         self._after: Any = None  # the packer's state after the last row given
@@ -198,14 +201,14 @@ class PackerStage(Stage[dict[str, Any]]):
 
     def __next__(self) -> dict[str, Any]:
         if self._rows is None:
-            self._start(self._state_type())
+            self._start(self._begin)
         assert self._rows is not None
         row, self._after = next(self._rows)
         return row
 
     def snapshot(self) -> Any:
         if self._inputs is None:
-            return self._parent.snapshot(), self._state_type()
+            return self._parent.snapshot(), self._begin
         return self._inputs.token_at(self._after.start), self._after
 
     def state_of(self, token: Any) -> dict[str, Any]:
@@ -216,7 +219,7 @@ class PackerStage(Stage[dict[str, Any]]):
     def set_state(self, state: dict[str, Any]) -> None:
         parent, *fields = state_fields(state, self._kind, ("parent", *self._fields))
         check_setup(state, self._setup)
-        packer_state = _checked(self._state_type, *fields)
+        packer_state = _checked(type(self._begin), *fields)
         self._parent.set_state(parent)
         self._start(packer_state)
 

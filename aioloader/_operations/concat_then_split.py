@@ -52,8 +52,10 @@ class SplitState:
     """Where concat-then-split stands, as positions in the input (no data).
 
     `start` is the input position of the first element of the row being filled,
-    `offsets` (per sequence feature) how much of that element earlier rows took, or
-    None if none did, and `emitted` the rows delivered since that point.
+    `offsets` (per sequence feature) how much of that element earlier rows took, and
+    `emitted` the rows delivered since that point. The packer writes a 0 for each
+    feature when no row took any of it, never None, so that every state has the same
+    structure; None (the default, and older checkpoints' value) means the same.
     """
 
     start: int = 0
@@ -133,13 +135,13 @@ class ConcatThenSplitPacker:
         self, elements: Iterable[Any], state: SplitState | None = None
     ) -> Iterator[tuple[Row, SplitState]]:
         """The rows, each with the state after it; `elements` start at input position `state.start`."""
-        state = state or SplitState()
+        state = state or self.start_state()
         inputs = iter(elements)
         rest, position = self._resume(inputs, state)
         skip, ready = state.emitted, collections.deque[Row]()
         while True:
             checkpoint = (
-                SplitState(position, None) if rest is None else SplitState(rest.position, _named(rest.start))
+                self.start_state(position) if rest is None else SplitState(rest.position, _named(rest.start))
             )
             rest, position, more = self._fill(inputs, rest, position, ready)
             if not ready and more:
@@ -152,12 +154,20 @@ class ConcatThenSplitPacker:
             if not more:
                 return
 
+    def start_state(self, position: int = 0) -> SplitState:
+        """The state before the element at `position`, none of it taken yet."""
+        return SplitState(position, dict.fromkeys(self._sequence_keys(), 0))
+
     def _resume(self, inputs: Iterator[Any], state: SplitState) -> tuple[_Piece | None, int]:
         """The rest of the element that was cut at `state` (if any), and the next input position."""
         if state.offsets is None:
             return None, state.start
-        features = self._features(_first(inputs, state.start), state.start)
         self._check_offsets(state.offsets)
+        if not any(state.offsets.values()):
+            # Nothing of it was taken: read it afresh, as if none were cut (an input at its
+            # end has no element there to read).
+            return None, state.start
+        features = self._features(_first(inputs, state.start), state.start)
         offsets: dict[Key, int] = {key: value for key, value in state.offsets.items()}  # typed as Keys
         return _Piece(state.start, features, offsets), state.start + 1
 
