@@ -3,7 +3,7 @@
 With `import aioloader as grain`, `grain.experimental.FlatMapTransform`,
 `grain.experimental.index_shuffle`, the packers, the zips, the flat maps, the limit,
 the repeat, the rebatch, the thread prefetch and `device_put`, the window shuffles,
-the next index, the Parquet rows, the cache and the rest below work as in Grain 0.2.
+the next index, the Parquet rows, the cache, the element spec and the rest below work as in Grain 0.2.
 Each is aioloader's own; the names aioloader had before this module are at the top
 level too (the same objects). The Dataset classes load when first named.
 """
@@ -27,6 +27,7 @@ _LAZY = {
     "ParquetIterDataset": "aioloader._dataset.parquet",
     "RebatchIterDataset": "aioloader._dataset.rebatch",
     "RepeatIterDataset": "aioloader._dataset.iter_repeat",
+    "ShapeDtypeStruct": "aioloader._dataset.element_spec",
     "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
     "WindowShuffleMapDataset": "aioloader._dataset.window_shuffle",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
@@ -35,6 +36,7 @@ _LAZY = {
     "apply_transformations": "aioloader._dataset.transformations",
     "batch_and_pad": "aioloader._dataset.batching",
     "device_put": "aioloader._dataset.thread_prefetch",
+    "get_element_spec": "aioloader._dataset.element_spec",
     "get_next_index": "aioloader._dataset.next_index",
     "set_next_index": "aioloader._dataset.next_index",
 }
@@ -42,6 +44,7 @@ _LAZY = {
 if _typing.TYPE_CHECKING:
     from aioloader._dataset.batching import batch_and_pad
     from aioloader._dataset.cache import CacheIterDataset
+    from aioloader._dataset.element_spec import ShapeDtypeStruct, get_element_spec
     from aioloader._dataset.flat_mapping import FlatMapIterDataset, FlatMapMapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
     from aioloader._dataset.iter_packing import (
@@ -78,6 +81,7 @@ __all__ = [
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "ShapeDtypeStruct",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
@@ -86,6 +90,7 @@ __all__ = [
     "apply_transformations",
     "batch_and_pad",
     "device_put",
+    "get_element_spec",
     "get_next_index",
     "index_shuffle",
     "set_next_index",
