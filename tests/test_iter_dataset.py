@@ -24,6 +24,7 @@ import pytest
 import aioloader as al
 from aioloader._executors.interpreter.subinterpreters import unavailable
 from tests.conftest import aioloader_threads, repeated
+from tests.support.datasets import BadArgument, refused_by_name
 from tests.support.outputs import drain, notes
 from tests.support.thread_starts import note_thread_starts
 from tests.support.tracked import Ledger, TrackedSource
@@ -466,7 +467,7 @@ def packer(kind: Any, **options: Any) -> Callable[[], Any]:
 
 
 REPLACE = al.BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS
-BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
+BAD_ARGUMENTS: list[BadArgument] = [
     (lambda: al.MapDataset.range(3).to_iter_dataset(read_options=4), TypeError, "`read_options`"),
     (lambda: al.MapDataset.range(3).to_iter_dataset(allow_nones="yes"), TypeError, "`allow_nones`"),
     (lambda: part().batch(0), ValueError, "`batch_size` must be greater"),
@@ -507,12 +508,7 @@ BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("make", "kind", "message"), BAD_ARGUMENTS, ids=[m for _, _, m in BAD_ARGUMENTS])
-def test_bad_arguments_are_refused_by_name(
-    make: Callable[[], Any], kind: type[Exception], message: str
-) -> None:
-    with pytest.raises(kind, match=message):
-        make()
+test_bad_arguments_are_refused_by_name = refused_by_name(BAD_ARGUMENTS)
 
 
 STATES: list[tuple[Any, str]] = [

@@ -25,7 +25,15 @@ import pytest
 
 import aioloader
 from aioloader.experimental import LimitIterDataset, RebatchIterDataset, RepeatIterDataset
-from tests.support.datasets import assert_refuses_state, async_halves, draw, odd, state_after
+from tests.support.datasets import (
+    BadArgument,
+    assert_refuses_state,
+    async_halves,
+    draw,
+    odd,
+    refused_by_name,
+    state_after,
+)
 from tests.support.outputs import assert_same
 from tests.support.transforms import Boom, explode_at
 
@@ -433,7 +441,7 @@ def parent() -> Any:
     return M.range(6).to_iter_dataset().batch(2)
 
 
-BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
+BAD_ARGUMENTS: list[BadArgument] = [
     (lambda: RepeatIterDataset(parent(), 0), ValueError, r"`num_epochs` must be greater"),
     (lambda: RepeatIterDataset(parent(), -3), ValueError, r"`num_epochs` must be greater"),
     (lambda: RepeatIterDataset(parent(), True), TypeError, r"`num_epochs` must be an int"),
@@ -453,12 +461,7 @@ BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("make", "kind", "message"), BAD_ARGUMENTS, ids=[c[2] for c in BAD_ARGUMENTS])
-def test_a_bad_argument_is_an_error_naming_it(
-    make: Callable[[], Any], kind: type[Exception], message: str
-) -> None:
-    with pytest.raises(kind, match=message):
-        make()
+test_a_bad_argument_is_an_error_naming_it = refused_by_name(BAD_ARGUMENTS)
 
 
 def test_numpy_arguments_and_a_map_dataset_parent_are_taken() -> None:

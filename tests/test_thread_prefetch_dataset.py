@@ -27,7 +27,15 @@ import pytest
 import aioloader
 from aioloader.experimental import ThreadPrefetchIterDataset, device_put
 from tests.conftest import aioloader_threads, wait_for_no_threads
-from tests.support.datasets import assert_refuses_state, async_halves, draw, odd, tenfold
+from tests.support.datasets import (
+    BadArgument,
+    assert_refuses_state,
+    async_halves,
+    draw,
+    odd,
+    refused_by_name,
+    tenfold,
+)
 from tests.support.outputs import assert_same
 
 M = aioloader.MapDataset
@@ -504,7 +512,7 @@ def part() -> Any:
     return M.range(3).to_iter_dataset()
 
 
-BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
+BAD_ARGUMENTS: list[BadArgument] = [
     (
         lambda: ThreadPrefetchIterDataset(part(), prefetch_buffer_size=-1),
         ValueError,
@@ -546,12 +554,7 @@ BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("make", "kind", "message"), BAD_ARGUMENTS, ids=[c[2] for c in BAD_ARGUMENTS])
-def test_a_bad_argument_is_an_error_naming_it(
-    make: Callable[[], Any], kind: type[Exception], message: str
-) -> None:
-    with pytest.raises(kind, match=message):
-        make()
+test_a_bad_argument_is_an_error_naming_it = refused_by_name(BAD_ARGUMENTS)
 
 
 def test_a_numpy_buffer_size_is_taken() -> None:

@@ -24,7 +24,15 @@ import pytest
 
 import aioloader
 from aioloader.experimental import LimitIterDataset, ZipIterDataset, ZipMapDataset
-from tests.support.datasets import assert_refuses_state, draw, odd, state_after, tenfold
+from tests.support.datasets import (
+    BadArgument,
+    assert_refuses_state,
+    draw,
+    odd,
+    refused_by_name,
+    state_after,
+    tenfold,
+)
 from tests.support.outputs import assert_same
 from tests.support.transforms import Boom, explode_at
 
@@ -395,7 +403,7 @@ def test_a_damaged_state_is_a_value_error() -> None:
 # Bad arguments.
 
 
-BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
+BAD_ARGUMENTS: list[BadArgument] = [
     (lambda: ZipMapDataset([]), ValueError, r"`parents` must hold at least one"),
     (lambda: ZipMapDataset([M.range(3), [1, 2, 3]]), TypeError, r"`parents\[1\]` must be a MapDataset"),
     (lambda: ZipMapDataset([M.range(3), M.range(3).to_iter_dataset()]), TypeError, r"`parents\[1\]`"),
@@ -420,12 +428,7 @@ BAD_ARGUMENTS: list[tuple[Callable[[], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("make", "kind", "message"), BAD_ARGUMENTS, ids=[c[2] for c in BAD_ARGUMENTS])
-def test_a_bad_argument_is_an_error_naming_it(
-    make: Callable[[], Any], kind: type[Exception], message: str
-) -> None:
-    with pytest.raises(kind, match=message):
-        make()
+test_a_bad_argument_is_an_error_naming_it = refused_by_name(BAD_ARGUMENTS)
 
 
 def test_a_numpy_count_and_one_dataset_as_parents_are_taken() -> None:

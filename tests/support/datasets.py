@@ -4,6 +4,7 @@ functions: each side calls them the same way), and a state taken after some elem
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,3 +58,19 @@ def async_halves(ds: Any, first: int = 2) -> tuple[list[Any], list[Any]]:
         return taken, [x async for x in fresh]
 
     return asyncio.run(run())
+
+
+# (make, the error's type, a pattern its message must match): one bad argument each.
+BadArgument = tuple[Callable[[], Any], type[Exception], str]
+
+
+def refused_by_name(cases: list[BadArgument]) -> Callable[..., None]:
+    """A test, one case per `cases` entry (named by its pattern): calling `make` raises
+    the error, with a message naming what was wrong."""
+
+    @pytest.mark.parametrize(("make", "kind", "message"), cases, ids=[case[2] for case in cases])
+    def test(make: Callable[[], Any], kind: type[Exception], message: str) -> None:
+        with pytest.raises(kind, match=message):
+            make()
+
+    return test
