@@ -84,9 +84,11 @@ class AsyncEngine(Protocol):
     def observe(self) -> Observation: ...
 
 
-def _observation(
+def observe_program(
     program: Program, buffers: list[Any], workers: int, read_threads: int, inline: bool = False
 ) -> Observation:
+    """What an engine's `observe()` answers: `program`'s stages and meters, with the
+    engine's buffers and thread counts (the inline engines here, `ThreadedEngine`)."""
     from aioloader._observability.statistics import Observation
 
     return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads, inline)
@@ -114,7 +116,7 @@ class InlineEngine:
         self._running = self._closed = False
 
     def observe(self) -> Observation:
-        observation = _observation(self._program, [], 0, 0)
+        observation = observe_program(self._program, [], 0, 0)
         return observation if self._transfers is None else self._transfers.observed(observation)
 
     def next(self) -> tuple[Outputs, int] | None:
@@ -176,7 +178,7 @@ class AsyncInlineEngine:
         self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
 
     def observe(self) -> Observation:
-        observation = _observation(self._program, [], 0, 0)
+        observation = observe_program(self._program, [], 0, 0)
         return observation if self._transfers is None else self._transfers.observed(observation)
 
     async def anext(self) -> tuple[Outputs, int] | None:

@@ -18,7 +18,7 @@ from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.threads import RunnerFactory, WorkerThreads, aclose_elsewhere, thread_runner
 from aioloader._executors.tuning import Tuner
 from aioloader._iteration import interrupts as interrupts
-from aioloader._iteration.engines import _observation
+from aioloader._iteration.engines import observe_program
 from aioloader._iteration.spec import LoaderSpec
 from aioloader._program.jobs import Outputs
 from aioloader._program.program import Program
@@ -131,7 +131,7 @@ class ThreadedEngine:
         reading = engaged or self._segments is not None
         workers = self._workers.count() if self._tuner is None else self._tuner.chosen
         read_threads = threads if reading else 0
-        return _observation(program, self.scheduler.buffers(), workers, read_threads, workers == 0)
+        return observe_program(program, self.scheduler.buffers(), workers, read_threads, workers == 0)
 
     def next(self) -> tuple[Outputs, int] | None:
         tuner = self._tuner
