@@ -28,20 +28,22 @@ included: at level 0 the consumer does the loader's work between its own
 steps, and only a faster loop overall is worth it. A phase starts with the
 first output of a job issued at its level (jobs issued before a change ran at
 the level before), once every worker has made its copy of the operations.
-The first phase only warms up (the outputs the workers made while the
-consumer started come at once: they would make one worker look as fast as
-two). Once the rate has settled (two phases at the level, the last not
-`RISING` times faster than the one before), the tuner tries a neighbouring
-level for one phase (`_neighbours`: from workers, one more, one fewer, the
-consumer's thread; from the consumer's thread, the workers it left and one
-more, since one worker may lose to it where two win; of these, the one
-measured longest ago) and keeps it if it delivered at least `MARGIN` times
-faster than the better of the last two phases before; after such a win, the
-next trial comes as soon as the rate has settled (climbing is quick). A
-trial that lost doubles the phases before the next one, whichever level
-that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
-schedule for all the neighbours, so that a run that has settled pays for
-one trial at a time, and less and less often.
+Where workers ran from the start, the first phase only warms up (the
+outputs they made while the consumer started come at once: they would make
+one worker look as fast as two); from the consumer's thread ("auto"), nothing
+was made ahead, and the first phase counts. Once the rate has settled (two
+phases at the level, the last not `RISING` times faster than the one
+before), the tuner tries a neighbouring level for one phase (`_neighbours`:
+from workers, one more, one fewer, the consumer's thread; from the
+consumer's thread, the workers it left and one more, since one worker may
+lose to it where two win; of these, the one measured longest ago) and keeps
+it if it delivered at least `MARGIN` times faster than the better of the
+last two phases before; after such a win, the next trial comes as soon as
+the rate has settled (climbing is quick). A trial that lost doubles the
+phases before the next one, whichever level that tries (`FIRST_HOLD`, then
+up to `MAX_HOLD`: a few seconds): one schedule for all the neighbours, so
+that a run that has settled pays for one trial at a time, and less and less
+often.
 There is no trial:
 
 * while the rate still rises (`_settled`): a cache warming up makes the
@@ -131,6 +133,7 @@ class Tuner:
         # phases until the next trial (the first as soon as the rate has settled after the
         # warm-up: runs may be short) and the hold the last trial that lost set.
         self._phases = 0
+        self._warm_up = self.level > 0  # workers ran before the consumer asked (see `_end_phase`)
         self._measured = dict.fromkeys(self._levels, -1)
         self._hold, self._backoff = 1, FIRST_HOLD
         self._onward: int | None = None  # the next level the same way, after a trial won
@@ -175,7 +178,7 @@ class Tuner:
         rate = self._weight / span
         self._phases += 1
         self._measured[self.level] = self._phases
-        if self._phases == 1:
+        if self._phases == 1 and self._warm_up:
             # Warming up: the outputs the workers made while the consumer started come
             # at once, and one worker measured as fast as two (3.13t, the cpu benchmark).
             return

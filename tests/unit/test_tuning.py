@@ -12,6 +12,8 @@ from aioloader._executors.tuning import Tuner
 
 PHASE = tuning.PHASE_SECONDS
 FIRST_TRIAL = 3  # phases before the first trial: the warm-up, and two that show a settled rate
+# ... where the consumer's thread ran the chunks from the start: nothing made ahead, no warm-up
+FIRST_TRIAL_INLINE = 2
 
 
 @dataclass
@@ -174,7 +176,9 @@ def test_auto_starts_on_the_consumers_thread_and_tries_two_workers_first() -> No
     run = Run([0, 1, 2, 3], 0, {0: 1000, 1: 1010, 2: 1930, 3: 2030}, memory_limit=1 << 62)
     assert run.tuner.level == 0
     assert run.scheduler.inline == [True]
-    run.outputs(phases(FIRST_TRIAL, 1000))  # a phase to warm up, two measured: then the trial
+    run.outputs(phases(FIRST_TRIAL_INLINE, 1000) - 1)
+    assert run.tuner.level == 0  # one output short of two phases measured
+    run.outputs(1)  # two measured (no warm-up: nothing was made ahead), the trial
     assert run.tuner.level == 2
     assert run.workers.running == 2
     run.outputs(phases(1, 1930))
@@ -224,7 +228,7 @@ def test_no_trial_while_the_rate_rises_so_a_cold_start_leaves_no_stale_baseline(
     the consumer's thread's rate has settled, and loses: tried against the cold phase, it would
     have won, and the consumer's thread would have waited 8 phases and more for a trial."""
     run = Run([0, 1, 2], 0, {0: 810, 1: 1010, 2: 1210}, memory_limit=1 << 62)
-    run.outputs(phases(2, 810))  # the warm-up, and a phase cold
+    run.outputs(phases(1, 810))  # a phase cold
     run.speed[0] = 1510  # warm from here on
     run.outputs(phases(1, 1510))
     assert set(run.levels) == {0}  # 1.9 times faster than the phase before: still rising, no trial
