@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import aioloader
+from aioloader._program.program import Stage
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Work
 
@@ -36,6 +37,18 @@ def run(sched: Scheduler, work: Work) -> None:
     work.run_segment(sched.program.for_worker().run_segment)
 
 
+def first_chunk(sched: Scheduler) -> Work:
+    """The first chunk's work as the workers take it: where it is cut in parts (a batch of
+    several records), each part is run and handed back, and its join is returned, not run."""
+    work = sched.next_work(wait=False)
+    while work is not None and work.stage is Stage.PARTS:
+        run(sched, work)
+        sched.advance(work, worker=True)
+        work = sched.next_work(wait=False)
+    assert work is not None
+    return work
+
+
 def consumer_waiting(sched: Scheduler) -> tuple[threading.Thread, list[Any]]:
     """A thread in `sched.get()`, returned once it waits there; its answer goes to the list."""
     answers: list[Any] = []
@@ -51,8 +64,8 @@ def consumer_waiting(sched: Scheduler) -> tuple[threading.Thread, list[Any]]:
 def test_a_waiting_consumer_takes_the_first_output_before_a_second_chunk_starts() -> None:
     for batch in (None, 4):
         sched = scheduler(batch)
-        first = sched.next_work(wait=False)
-        assert first is not None
+        first = first_chunk(sched)
+        assert first.stage is (Stage.RECORDS if batch is None else Stage.JOIN)
         assert sched.next_work(wait=False) is None  # the first chunk is being measured
         thread, answers = consumer_waiting(sched)
         run(sched, first)
@@ -72,8 +85,7 @@ def test_a_waiting_consumer_takes_the_first_output_before_a_second_chunk_starts(
 def test_with_no_consumer_waiting_the_workers_go_on_after_the_first_chunk() -> None:
     # As after `start_prefetch()`: the window fills before the first `next()`.
     sched = scheduler(batch=4)
-    first = sched.next_work(wait=False)
-    assert first is not None
+    first = first_chunk(sched)
     run(sched, first)
     sched.advance(first, worker=True)
     second = sched.next_work(wait=False)

@@ -66,15 +66,19 @@ class Plan(enum.Enum):
 
 
 class Stage(enum.Enum):
-    """The two stages of work: every plan has `RECORDS`; only the tail plan has `BATCHES`.
+    """The stages of work: every plan has `RECORDS`; only the tail plan has `BATCHES`.
 
     `RECORDS` takes a `ChunkJob` (sampler indices) to its outputs, or to
     `Elements` for the tail; `BATCHES` takes a `BatchJob` cut by the tail to
-    its outputs.
+    its outputs. The fused plan also has the tail plan's two stages, as
+    `PARTS` and `JOIN`, for its first batch made in parts on several threads
+    (see `_scheduling/first_batch`).
     """
 
     RECORDS = "records"
     BATCHES = "batches"
+    PARTS = "parts"
+    JOIN = "join"
 
     __hash__ = object.__hash__  # as `Step`'s: a dict key on every segment of every chunk
 
@@ -212,12 +216,12 @@ class Program:
     def stage_names(self) -> list[tuple[StepCall, str]]:
         """The steps that statistics show, in pipeline order, each with its stage's name:
         `sampling`, `read`, each operation by its label, `batch`."""
-        named: list[tuple[StepCall, str]] = []
+        named: dict[StepCall, str] = {}  # a step of two stages (the fused plan's first batch) once
         for stage in self.segments.values():
             for segment in stage:
                 calls = [key for call in segment.steps for key in _counted_as(call)]
-                named += [(call, self._stage_name(call)) for call in calls if call[0] not in _OUTS]
-        return named
+                named |= {call: self._stage_name(call) for call in calls if call[0] not in _OUTS}
+        return list(named.items())
 
     def _stage_name(self, call: StepCall) -> str:
         step, i = call
@@ -447,9 +451,13 @@ def _segments(
     if plan is Plan.RECORDS:
         return {Stage.RECORDS: _group([*first, (Step.RECORDS_OUT, 0)])}
     after = _op_steps(operations.after, Step.AFTER, Step.AAFTER)
-    if plan is Plan.FUSED:
-        return {Stage.RECORDS: _group([*first, (Step.FUSE, 0), *after, (Step.BATCHES_OUT, 0)])}
     second = [(Step.BATCH, 0), *after, (Step.BATCHES_OUT, 0)]
+    if plan is Plan.FUSED:
+        return {
+            Stage.RECORDS: _group([*first, (Step.FUSE, 0), *after, (Step.BATCHES_OUT, 0)]),
+            Stage.PARTS: _group([*first, (Step.ELEMENTS_OUT, 0)]),
+            Stage.JOIN: _group(second),
+        }
     return {Stage.RECORDS: _group([*first, (Step.ELEMENTS_OUT, 0)]), Stage.BATCHES: _group(second)}
 
 

@@ -2,6 +2,7 @@
 
     ChunkPlanner --chunks--> workers: RECORDS stage (read + per-record ops [+ batches])
         --> OrderedResults --> consumer
+    fused plan's first batch: PARTS on every thread that asks --> JOIN --> as RECORDS job 0
     tail plan only:  RECORDS stage --> OrderedResults --> TailBatcher --batches-->
         workers: BATCHES stage --> OrderedResults --> consumer
 
@@ -26,8 +27,9 @@ from aioloader._common.calls import Stopped
 from aioloader._common.positions import Position
 from aioloader._common.wakeup import Wakeup
 from aioloader._observability.meter import Meter
-from aioloader._program.jobs import Outputs
-from aioloader._program.program import Program, Stage
+from aioloader._program.jobs import ChunkJob, Outputs
+from aioloader._program.program import Plan, Program, Stage
+from aioloader._scheduling.first_batch import FirstBatch
 from aioloader._scheduling.planner import WINDOW_BYTES, output_bytes, plan_chunks
 from aioloader._scheduling.reassembly import OrderedResults
 from aioloader._scheduling.window import Window
@@ -80,6 +82,8 @@ class Scheduler:
         # The stage whose results the consumer takes.
         self._final = self.records if self.batches is None else self.batches
         self._resumable: deque[Work] = deque()
+        self._first: FirstBatch | None = None  # the first batch, while its parts are made
+        self._cuts_first = program.plan is Plan.FUSED and not self.needs_async_runner
         self._measuring = False  # the first chunk is out: size the others from its cost
         self._consumer_waits = False  # in `get` or `aget`, for an answer not there yet
         self._closed = False
@@ -128,7 +132,9 @@ class Scheduler:
         """
         with self._lock:
             while not self._closed:
-                work = self._resumable.popleft() if self._resumable else self._worker_work_locked()
+                work = self._first_work_locked()
+                if work is None:
+                    work = self._resumable.popleft() if self._resumable else self._worker_work_locked()
                 if work is not None:
                     self._held += 1
                     return work
@@ -171,7 +177,29 @@ class Scheduler:
             self._after_records_progress_locked()
             return self._new_work_locked()  # the tail's last batches may be waiting now
         self._measuring = records.issued == 0
+        if self._measuring and self._cuts_first and not self._inline:
+            return self._cut_first_locked(job)
         return self._issue_locked(records, job, job.count)
+
+    def _cut_first_locked(self, job: ChunkJob) -> Work:
+        """Issue the first chunk as job 0 of the records stage, in parts for the workers (and
+        the consumer's thread while they start: see `_scheduling/first_batch`) where it has
+        more than one."""
+        batch = self.program.operations.batch
+        parts = FirstBatch.parts(job, self._workers)
+        if parts == 1 or batch is None:
+            return self._issue_locked(self.records, job, job.count)
+        self.records.window.take(job.count)
+        self.records.issued += 1
+        first = self._first = FirstBatch(job, parts, batch, self._workers)
+        self._work_ready.notify_all()
+        work = first.take()
+        assert work is not None
+        return work
+
+    def _first_work_locked(self) -> Work | None:
+        """A part of the first batch, or its join, that no thread has taken yet."""
+        return None if self._first is None else self._first.take()
 
     def _room_locked(self, records: int) -> bool:
         """Whether a chunk of `records` fits the records window: within its capacity and,
@@ -216,6 +244,11 @@ class Scheduler:
         self._async_runner.submit(work)
 
     def _complete_locked(self, work: Work) -> None:
+        if work.stage is Stage.PARTS or work.stage is Stage.JOIN:
+            whole = self._first_done_locked(work)
+            if whole is None:
+                return
+            work = whole
         stage = self.records if work.stage is Stage.RECORDS else self._final  # BATCHES: the final stage
         stage.results.put(work.seq, work.payload, work.weight)
         self.work_seconds += work.seconds
@@ -230,6 +263,19 @@ class Scheduler:
                 return
         if stage.results.ready():
             self._wake_consumer_locked()
+
+    def _first_done_locked(self, work: Work) -> Work | None:
+        """A part of the first batch, or its join, is done: the whole first chunk's work once
+        the join is; else None, and the join goes to whichever thread asks first."""
+        first = self._first
+        assert first is not None
+        whole = first.done(work)
+        if whole is not None:
+            self._first = None
+        elif first.todo:
+            self._work_ready.notify_all()
+            self._wake_consumer_locked()
+        return whole
 
     def _hold_for_consumer_locked(self) -> bool:
         """True to keep the workers from starting more chunks once the first is done,
@@ -292,7 +338,8 @@ class Scheduler:
         and no worker still holds one (so that no more threads than the
         workers ever run the user's code at once). A close from another
         thread stops such a job between two records, and then this answers
-        the end.
+        the end. The parts of the first batch that no worker has taken yet, it
+        runs too (see `_scheduling/first_batch`).
         """
         while True:
             with self._lock:
@@ -304,6 +351,8 @@ class Scheduler:
                     if runner and (first or (self._inline and not self._held))
                     else None
                 )
+                if work is None and runner is not None:
+                    work = self._first_work_locked()
                 if work is None:
                     if not self._answerable_locked():  # asking for work may have found the end
                         self._consumer_waits = True
@@ -392,6 +441,7 @@ class Scheduler:
                 stage.results.clear()
                 stage.pending.clear()
             self._resumable.clear()
+            self._first = None
             if self._tail is not None:
                 self._tail.clear()
             self._work_ready.notify_all()
