@@ -33,7 +33,7 @@ from aioloader._scheduling.tail import TailBatcher
 from aioloader._scheduling.work import Work
 
 # Parts for each thread: threads that start late, or share a core, take fewer of them.
-PARTS_PER_THREAD = 4
+PARTS_PER_THREAD = 2
 
 
 class FirstBatch:
