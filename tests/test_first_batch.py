@@ -206,3 +206,38 @@ def test_the_join_takes_no_part_after_a_failed_one() -> None:
     assert join.stage is Stage.JOIN
     assert join.payload.failure is failure
     assert join.payload.plan.groups == []  # the record before the failure makes no batch
+
+
+class RaisesAt(aioloader.MapTransform):
+    def __init__(self, bad: int, error: type[BaseException]) -> None:
+        self.bad, self.error = bad, error
+
+    def map(self, x: int) -> int:
+        if x == self.bad:
+            raise self.error(f"record {x}")
+        return x
+
+
+@repeated
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit, StopIteration])
+@pytest.mark.parametrize("bad", [0, 7])  # in the first part, and in the last
+def test_what_user_code_raises_in_a_part_ends_the_loader_as_from_the_whole_batch(
+    error: type[BaseException], bad: int, repeat: int
+) -> None:
+    """KeyboardInterrupt and SystemExit stop the loader as they are, whichever thread's
+    part raised them; a StopIteration is an error of that record (see `_common/calls`)."""
+    sampler = aioloader.SequentialSampler(32)
+    outcomes = []
+    for workers in (0, 2):
+        loader = aioloader.DataLoader(
+            data_source=aioloader.RangeDataSource(0, 32),
+            sampler=sampler,
+            operations=[RaisesAt(bad, error), aioloader.Batch(8)],
+            worker_count=workers,
+        )
+        got, caught = drain(loader, BaseException)
+        outcomes.append((got, type(caught), str(caught)))
+        assert not wait_for_no_threads(2.0)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == []
+    assert outcomes[0][1] is (RuntimeError if error is StopIteration else error)
