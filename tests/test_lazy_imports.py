@@ -134,6 +134,11 @@ def test_workers_load_the_threaded_engine_with_their_first_engine() -> None:
     assert [m for m in THREADED if m in loaded_after_all(code)] == THREADED
 
 
+def test_the_device_engine_loads_with_a_device_put_only() -> None:
+    code = "import aioloader\n" + SYNC_RUN.format(workers=2)
+    assert "aioloader._device.device_engine" not in loaded_after_all(code)
+
+
 def loaded_after_all(code: str) -> list[str]:
     """Every module in `sys.modules` after running `code` in a fresh interpreter."""
     return last_line_after(code, "print(' '.join(sorted(sys.modules)))").split()

@@ -13,7 +13,6 @@ import time
 from typing import TYPE_CHECKING
 
 from aioloader._common.positions import Position
-from aioloader._device.device_engine import DeviceEngine
 from aioloader._executors.autoscale import AutoReads
 from aioloader._executors.threads import RunnerFactory, WorkerThreads, aclose_elsewhere, thread_runner
 from aioloader._executors.tuning import Tuner
@@ -28,6 +27,7 @@ from aioloader._scheduling.scheduler import Scheduler
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
+    from aioloader._device.device_engine import DeviceEngine  # loaded with a `device_put`
     from aioloader._executors.loop_thread import AsyncSegments, LoopThread
     from aioloader._observability.statistics import Observation  # imported when figures are asked for
 
@@ -190,6 +190,10 @@ def threaded_engine(
     """A `ThreadedEngine` (`loop`: the caller's, for `async for`), behind a device thread
     with `device_put`; closed by Ctrl-C."""
     engine = ThreadedEngine(spec, position, loop, prefetch)
-    wrapped = engine if spec.device_put is None else DeviceEngine(engine, spec.device_put)
+    wrapped: ThreadedEngine | DeviceEngine = engine
+    if spec.device_put is not None:
+        from aioloader._device.device_engine import DeviceEngine
+
+        wrapped = DeviceEngine(engine, spec.device_put)
     interrupts.watch(wrapped)
     return wrapped
