@@ -8,12 +8,13 @@ cuts the first batch in parts, a few for each worker, which any thread
 that asks for work takes: the workers, and the consumer's thread while it
 waits (it runs jobs itself while the workers start, see `Scheduler.get`),
 never more of them at once than `worker_count` (no more threads than that
-ever run the user's code at once). Each part runs the tail plan's first stage (records to
-`Elements`, `Stage.PARTS`); a `TailBatcher` cuts the parts' elements, in
-order, into the batch that the fused chunk would have made (`BatchPlan.cut`
-of the same elements, their generators made from the same indices), which
-one thread stacks (`Stage.JOIN`). The output does not depend on which
-thread runs which part, nor on how many parts there are.
+ever run the user's code at once). Each part runs the tail plan's first
+stage (records to `Elements`, `Stage.PARTS`); a `TailBatcher` cuts the
+parts' elements, in order, into the batch that the fused chunk would have
+made (`BatchPlan.cut` of the same elements, their generators made from the
+same indices), which one thread stacks (`Stage.JOIN`). The output does not
+depend on which thread runs which part, nor on how many parts there are.
+At 2 workers, 32 PNG decodes came in 16.9 ms instead of 24.6 (3.13t).
 
 Only a fresh start is cut: a resume inside a batch (`skip`,
 `skip_outputs`) takes the fused path, as does a program with asynchronous
