@@ -165,12 +165,21 @@ def test_a_close_from_another_thread_while_parts_run_stops_them(repeat: int) -> 
     consumer = threading.Thread(target=lambda: answers.append(next(iterator, "ended")))
     consumer.start()
     assert held.waiting.wait(30)
+    # States to reach, not times: the engine is made (its workers may run a part before
+    # it is), then the close has stopped its scheduler.
+    while (engine := iterator._cursor.holder.engine) is None:
+        threading.Event().wait(0.001)
     closer = threading.Thread(target=iterator.close)
     closer.start()
+    while True:
+        with engine.scheduler._lock:
+            if engine.scheduler._closed:
+                break
+        threading.Event().wait(0.001)
     held.go.set()  # the records in progress end; no part starts after the close
     closer.join(30)
     consumer.join(30)
-    assert answers == ["ended"]
+    assert answers == ["ended"]  # released earlier, the batch could have come before the close
     assert not wait_for_no_threads(2.0)
 
 
