@@ -203,6 +203,11 @@ class BatchPlan:
         self.first, self.last, self.last_rng = first, last, last_rng
 
     @classmethod
+    def empty(cls) -> BatchPlan:
+        """No batch at all."""
+        return cls([], [], [], [], [], [])
+
+    @classmethod
     def cut(
         cls, items: list[Any], count: int, size: int, columns: ElementColumns, skip_outputs: int
     ) -> BatchPlan:
@@ -243,7 +248,7 @@ class BatchPlan:
         with its positions computed as arithmetic (on a chunk of small records, the general
         `cut` cost as much as a fifth of the loader's own work)."""
         if not count:
-            return cls([], [], [], [], [], [])
+            return cls.empty()
         firsts = range(0, count, size)
         ends = [*range(size, count, size), count]  # each batch's end, exclusive
         before = [(start + b, 0, 0) for b in firsts]

@@ -60,9 +60,9 @@ class FirstBatch:
     @staticmethod
     def parts(job: ChunkJob, threads: int) -> int:
         """How many parts `job` is cut in for `threads` workers (1: not cut, see the module docstring)."""
-        if job.skip or job.skip_outputs:
+        if job.skip or job.skip_outputs or threads < 2:
             return 1
-        return max(1, min(PARTS_PER_THREAD * threads, job.count)) if threads > 1 else 1
+        return min(PARTS_PER_THREAD * threads, job.count)  # a chunk holds one record at least
 
     def take(self) -> Work | None:
         """A part, or the join once every part is done; None if none is waiting, or if
@@ -81,7 +81,7 @@ class FirstBatch:
         self._wall += work.wall
         if work.stage is Stage.JOIN:
             whole = Work(Stage.RECORDS, 0, work.payload, self.weight)
-            whole.segment, whole.seconds, whole.wall = work.segment, self._seconds, self._wall
+            whole.seconds, whole.wall = self._seconds, self._wall
             return whole
         self._elements[work.seq] = work.payload
         self._left -= 1
@@ -102,4 +102,4 @@ class FirstBatch:
         jobs += tail.finish()
         assert len(jobs) <= 1, "a first chunk holds one batch at most"
         # None: a short batch with `drop_remainder` (the sampler ended within it), no output.
-        return jobs[0] if jobs else BatchJob(BatchPlan([], [], [], [], [], []))
+        return jobs[0] if jobs else BatchJob(BatchPlan.empty())

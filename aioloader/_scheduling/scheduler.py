@@ -186,8 +186,9 @@ class Scheduler:
         the consumer's thread while they start: see `_scheduling/first_batch`) where it has
         more than one."""
         batch = self.program.operations.batch
+        assert batch is not None, "only the fused plan cuts its first batch"
         parts = FirstBatch.parts(job, self._workers)
-        if parts == 1 or batch is None:
+        if parts == 1:
             return self._issue_locked(self.records, job, job.count)
         self.records.window.take(job.count)
         self.records.issued += 1

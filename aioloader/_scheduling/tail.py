@@ -67,7 +67,3 @@ class TailBatcher:
         for column in buffer.columns():
             del column[:count]
         return [job]
-
-
-def _empty_plan() -> BatchPlan:
-    return BatchPlan([], [], [], [], [], [])
