@@ -3,7 +3,8 @@
 With `import aioloader as grain`, `grain.experimental.FlatMapTransform`,
 `grain.experimental.index_shuffle`, the packers, the zips, the flat maps, the limit,
 the repeat, the rebatch, the thread prefetch and `device_put`, the window shuffles,
-the next index, the Parquet rows, the cache, the element spec and the rest below work as in Grain 0.2.
+the next index, the Parquet rows, the cache, the element spec, the dataset options and the rest
+below work as in Grain 0.2.
 Each is aioloader's own; the names aioloader had before this module are at the top
 level too (the same objects). The Dataset classes load when first named.
 """
@@ -19,6 +20,8 @@ _LAZY = {
     "BestFitPackIterDataset": "aioloader._dataset.iter_packing",
     "CacheIterDataset": "aioloader._dataset.cache",
     "ConcatThenSplitIterDataset": "aioloader._dataset.iter_packing",
+    "DatasetOptions": "aioloader._dataset.options",
+    "ExecutionTrackingMode": "aioloader._dataset.options",
     "FirstFitPackIterDataset": "aioloader._dataset.iter_packing",
     "FlatMapIterDataset": "aioloader._dataset.flat_mapping",
     "FlatMapMapDataset": "aioloader._dataset.flat_mapping",
@@ -31,6 +34,7 @@ _LAZY = {
     "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
     "WindowShuffleMapDataset": "aioloader._dataset.window_shuffle",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
+    "WithOptionsIterDataset": "aioloader._dataset.with_options",
     "ZipIterDataset": "aioloader._dataset.zipping",
     "ZipMapDataset": "aioloader._dataset.zipping",
     "apply_transformations": "aioloader._dataset.transformations",
@@ -55,11 +59,13 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.iter_repeat import RepeatIterDataset
     from aioloader._dataset.limit import LimitIterDataset
     from aioloader._dataset.next_index import get_next_index, set_next_index
+    from aioloader._dataset.options import DatasetOptions, ExecutionTrackingMode
     from aioloader._dataset.parquet import ParquetIterDataset
     from aioloader._dataset.rebatch import RebatchIterDataset
     from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
     from aioloader._dataset.transformations import apply_transformations
     from aioloader._dataset.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
+    from aioloader._dataset.with_options import WithOptionsIterDataset
     from aioloader._dataset.zipping import ZipIterDataset, ZipMapDataset
     from aioloader._operations.concat_then_split import BOSHandling
 else:  # hidden from type checkers, which see the imports above
@@ -71,6 +77,8 @@ __all__ = [
     "BestFitPackIterDataset",
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
+    "DatasetOptions",
+    "ExecutionTrackingMode",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
@@ -85,6 +93,7 @@ __all__ = [
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
+    "WithOptionsIterDataset",
     "ZipIterDataset",
     "ZipMapDataset",
     "apply_transformations",

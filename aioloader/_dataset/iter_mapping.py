@@ -34,6 +34,7 @@ from aioloader._common.calls import stray_stop
 from aioloader._common.failures import note
 from aioloader._common.validation import require_int
 from aioloader._dataset.base import require_seed
+from aioloader._dataset.filter_checks import FilterThresholds
 from aioloader._dataset.functions import add_note, resolve
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.mapping import GrainRngs
@@ -64,7 +65,7 @@ class _ElementwiseIterDataset(IterDataset[Any]):
             joined = plan.joined(self._prepared(plan))
             if joined is not None:
                 return joined
-        return self._stage(as_stage(plan))
+        return self._stage(as_stage(plan), settings)
 
     def _may_join(self, part: Part) -> bool:
         """False where this transformation must run in order, after `part`."""
@@ -74,7 +75,7 @@ class _ElementwiseIterDataset(IterDataset[Any]):
         """This transformation for the engine, at the end of `part`."""
         return Prepared(self.kind, self._function, self._name, self._what)
 
-    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+    def _stage(self, parent: Stage[Any], settings: Settings) -> Stage[Any]:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -86,7 +87,7 @@ class MapIterDataset(_ElementwiseIterDataset):
 
     kind = Kind.MAP
 
-    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+    def _stage(self, parent: Stage[Any], settings: Settings) -> Stage[Any]:
         return MapStage(parent, self._function, f"{self._name} ({self._what})")
 
 
@@ -110,7 +111,7 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
         new_rng = self._new_rng if size is None else _BatchRngs(self._new_rng, size)
         return Prepared(self.kind, self._function, self._name, self._what, new_rng)
 
-    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+    def _stage(self, parent: Stage[Any], settings: Settings) -> Stage[Any]:
         label = f"{self._name} ({self._what})"
         return RandomMapStage(parent, self._function, label, self._new_rng, setup=f"seed={self._seed}")
 
@@ -129,7 +130,7 @@ class MapWithIndexIterDataset(_ElementwiseIterDataset):
         index: Callable[[int], int] = same_index if size is None else _BatchIndex(size)
         return Prepared(self.kind, IndexFirst(self._function), self._name, self._what, index)
 
-    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
+    def _stage(self, parent: Stage[Any], settings: Settings) -> Stage[Any]:
         label = f"{self._name} ({self._what})"
         return RandomMapStage(parent, IndexFirst(self._function), label, same_index, "map_with_index")
 
@@ -139,8 +140,10 @@ class FilterIterDataset(_ElementwiseIterDataset):
 
     kind = Kind.FILTER
 
-    def _stage(self, parent: Stage[Any]) -> Stage[Any]:
-        return FilterStage(parent, self._function, f"{self._name} ({self._what})")
+    def _stage(self, parent: Stage[Any], settings: Settings) -> Stage[Any]:
+        label = f"FilterDatasetIterator(transform={self._what.removesuffix('.filter')})"
+        checks = FilterThresholds(label, settings.options)
+        return FilterStage(parent, self._function, f"{self._name} ({self._what})", checks)
 
 
 class BatchIterDataset(IterDataset[Any]):
@@ -264,14 +267,20 @@ class MapStage(_CountingStage):
 
 
 class FilterStage(_CountingStage):
-    def __init__(self, parent: Stage[Any], predicate: Callable[[Any], Any], label: str) -> None:
+    """A filter in order, with Grain's checks of what it drops (see `filter_checks`)."""
+
+    def __init__(
+        self, parent: Stage[Any], predicate: Callable[[Any], Any], label: str, checks: FilterThresholds
+    ) -> None:
         super().__init__(parent, label)
-        self._predicate = predicate
+        self._predicate, self._checks = predicate, checks
 
     def __next__(self) -> Any:
         while True:
             element = self._take()
-            if self._call(self._verdict, element):
+            kept = self._call(self._verdict, element)
+            self._checks.check(kept)
+            if kept:
                 return element
 
     def _verdict(self, element: Any) -> bool:

@@ -24,6 +24,7 @@ from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.validation import require_bool
 from aioloader._dataset.base import MapDataset
+from aioloader._dataset.filter_checks import CheckedPartStage, Mark, PassDropped, checks_filters
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
 from aioloader._device.device_put import DevicePut
@@ -71,9 +72,27 @@ class EnginePart(Part):
         """The size of the part's batch, None before one joins."""
         return next((op.batch_size for op in self.operations if isinstance(op, Batch)), None)
 
+    @property
+    def checked(self) -> bool:
+        """True when the options ask to check filters and the part has one that may drop:
+        its filters then mark, and their checks run in order after it (`filter_checks`)."""
+        return checks_filters(self.settings.options) and bool(self._dropping())
+
+    def _dropping(self) -> dict[int, Prepared]:
+        """The part's filters that may drop elements, by position."""
+        return {
+            i: op
+            for i, op in enumerate(self.operations)
+            if isinstance(op, Prepared)
+            and op.kind is Kind.FILTER
+            and (op.function is not is_not_none or may_hold_holes(self.dataset))
+        }
+
     def joined(self, operation: Any) -> EnginePart | None:
         if isinstance(operation, Batch) and self.batch_size is not None:
             return None  # the engine batches once; a second batch runs in order after the part
+        if isinstance(operation, Batch) and self.checked:
+            return None  # it would batch the marks: it batches in order, after the checks
         if self.allow_nones and isinstance(operation, Prepared) and operation.kind is not Kind.FILTER:
             # Grain's maps pass a None through untouched.
             operation = operation._replace(function=PassNone(operation.function))
@@ -86,7 +105,7 @@ class EnginePart(Part):
         return self.allow_nones or not may_hold_holes(self.dataset)
 
     def loader(self, device_put: DevicePut | None = None) -> DataLoader:
-        """The DataLoader that runs this part."""
+        """The DataLoader that runs this part (its filters marking, where `checked`)."""
         source = MapDatasetSource(self.dataset)
         # Grain's samplers hold at least one record; an empty MapDataset (an empty file, a
         # slice past the end) reads nothing, as Grain's `to_iter_dataset()` does.
@@ -96,7 +115,7 @@ class EnginePart(Part):
         return DataLoader(
             data_source=source,
             sampler=sampler,
-            operations=list(self.operations),
+            operations=self._marking() if self.checked else list(self.operations),
             worker_count=self.settings.worker_count,
             executor=self.settings.executor,
             read_options=self.read_options,
@@ -106,8 +125,31 @@ class EnginePart(Part):
             device_put=device_put,
         )
 
-    def build(self, device_put: DevicePut | None = None) -> EngineStage:
-        return EngineStage(self.loader(device_put))
+    def build(self, device_put: DevicePut | None = None) -> Stage[Any]:
+        if not self.checked:
+            return EngineStage(self.loader(device_put))
+        assert device_put is None, "a checked part is compiled to a stage first (see `iterator`)"
+        labels = [self._label(op) for op in self._dropping().values()]
+        return CheckedPartStage(EngineStage(self.loader()), labels, self.settings.options)
+
+    def _marking(self) -> list[Prepared | Batch]:
+        """The operations with each dropping filter a `Mark` (numbered in order) and each map
+        after the first one passing the marks on."""
+        dropping = self._dropping()
+        first, marked = min(dropping), list(self.operations)
+        for number, (i, prepared) in enumerate(dropping.items()):
+            mark = Mark(prepared.function, number, f"{prepared.name} ({prepared.what})")
+            marked[i] = prepared._replace(kind=Kind.MAP, function=mark)
+        for i, op in enumerate(marked):
+            if i > first and isinstance(op, Prepared) and not isinstance(op.function, Mark):
+                marked[i] = op._replace(function=PassDropped(op.function))
+        return marked
+
+    def _label(self, op: Prepared) -> str:
+        """Grain's name of a filter in its checks' messages."""
+        if op.function is is_not_none:
+            return f"PrefetchDatasetIterator(read_options={self.read_options!r}, allow_nones=False)"
+        return f"FilterDatasetIterator(transform={op.what.removesuffix('.filter')})"
 
 
 class EngineStage(Stage[Any]):

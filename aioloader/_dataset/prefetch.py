@@ -10,6 +10,7 @@ pipeline ahead of the consumer (see `iterator`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 from aioloader._common.validation import require_int
@@ -35,7 +36,7 @@ class PrefetchIterDataset(IterDataset[T]):
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
 
     def _plan(self, settings: Settings) -> Plan:
-        plan: Plan = self._parent._plan(self._settings)
+        plan: Plan = self._parent._plan(dataclasses.replace(self._settings, options=settings.options))
         return plan
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from aioloader._dataset.options import DatasetOptions
 from aioloader._device.device_put import DevicePut
 from aioloader._observability.statistics import LoaderStatistics
 
@@ -37,10 +38,12 @@ T_co = TypeVar("T_co", covariant=True)
 
 @dataclass(frozen=True)
 class Settings:
-    """How the parallel parts below a `prefetch` run: worker threads and executor."""
+    """How the parallel parts below a `prefetch` run (worker threads and executor), and the
+    pipeline's `DatasetOptions` (see `with_options`)."""
 
     worker_count: int = 0
     executor: str = "thread"
+    options: DatasetOptions = DatasetOptions()  # noqa: RUF009 - frozen: one shared default is safe
 
 
 class Stage(abc.ABC, Generic[T_co]):

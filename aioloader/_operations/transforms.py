@@ -209,7 +209,10 @@ def _described(op: Op) -> str:
     """An operation's kind, and the seed of a Dataset's random map (its generators' own:
     another seed draws other numbers, so a state must not resume there)."""
     seed = getattr(op.rng, "seed", None)
-    return op.kind.value if seed is None else f"{op.kind.value}(seed={seed})"
+    # A Dataset filter that marks what it drops runs as a map (see `filter_checks`): it is
+    # described as the filter it is, so that states pass between runs with and without checks.
+    kind: Kind = getattr(op.target, "stands_for", op.kind)
+    return kind.value if seed is None else f"{kind.value}(seed={seed})"
 
 
 # The operations that an engine holds, by id, each kept alive while claimed: an id is then
