@@ -271,7 +271,14 @@ def test_merging_follows_grain(grain: ModuleType) -> None:
             assert got.user_set_fields == expected._user_set_fields
     assert DatasetOptions().merge(None) == DatasetOptions()
     assert DatasetOptions().execution_tracking_mode is ExecutionTrackingMode.DISABLED
-    grains = grain.experimental.ExecutionTrackingMode.STAGE_TIMING  # a library built with Grain's enum
+    # A shared library may build the options with Grain's classes: taken field by field.
+    theirs = grain.experimental.DatasetOptions(filter_raise_threshold_ratio=0.1)
+    ds = WithOptionsIterDataset(
+        al.MapDataset.range(3000).to_iter_dataset().filter(keep(al, "KeepEven")), theirs
+    )
+    assert ds.options == DatasetOptions(filter_raise_threshold_ratio=0.1)
+    assert outcome(ds)[1] is not None
+    grains = grain.experimental.ExecutionTrackingMode.STAGE_TIMING
     assert (
         DatasetOptions(execution_tracking_mode=grains).execution_tracking_mode
         is ExecutionTrackingMode.STAGE_TIMING

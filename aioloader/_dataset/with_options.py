@@ -26,11 +26,7 @@ class WithOptionsIterDataset(IterDataset[T]):
     def __init__(self, parent: IterDataset[T], options: DatasetOptions) -> None:
         super().__init__(parent)
         self._parent: IterDataset[T] = require_iter_dataset("parent", parent)
-        if not isinstance(options, DatasetOptions):
-            raise TypeError(
-                f"`options` must be an aioloader.experimental.DatasetOptions, got {options!r:.200}."
-            )
-        self.options = options
+        self.options = as_options(options)
 
     def _plan(self, settings: Settings) -> Plan:
         # `iter()` merged these already; a subgraph compiled later (an interleave's
@@ -41,6 +37,17 @@ class WithOptionsIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"WithOptionsIterDataset({self._parent!r}, {self.options!r})"
+
+
+def as_options(options: Any) -> DatasetOptions:
+    """aioloader's `DatasetOptions`, or Grain's taken field by field (a shared library may
+    build them with Grain's class); else a TypeError naming `options`."""
+    if isinstance(options, DatasetOptions):
+        return options
+    fields = getattr(options, "_user_set_fields", None)
+    if type(options).__name__ == "DatasetOptions" and isinstance(fields, set):
+        return DatasetOptions(**{name: getattr(options, name) for name in fields})
+    raise TypeError(f"`options` must be an aioloader.experimental.DatasetOptions, got {options!r:.200}.")
 
 
 def pipeline_options(dataset: Any) -> DatasetOptions:
