@@ -38,16 +38,19 @@ _LAZY = {
     "ZipIterDataset": "aioloader._dataset.zipping",
     "ZipMapDataset": "aioloader._dataset.zipping",
     "apply_transformations": "aioloader._dataset.transformations",
+    "assert_equal_output_after_checkpoint": "aioloader._dataset.checkpoint_check",
     "batch_and_pad": "aioloader._dataset.batching",
     "device_put": "aioloader._dataset.thread_prefetch",
     "get_element_spec": "aioloader._dataset.element_spec",
     "get_next_index": "aioloader._dataset.next_index",
+    "multithread_prefetch": "aioloader._dataset.prefetch",
     "set_next_index": "aioloader._dataset.next_index",
 }
 
 if _typing.TYPE_CHECKING:
     from aioloader._dataset.batching import batch_and_pad
     from aioloader._dataset.cache import CacheIterDataset
+    from aioloader._dataset.checkpoint_check import assert_equal_output_after_checkpoint
     from aioloader._dataset.element_spec import ShapeDtypeStruct, get_element_spec
     from aioloader._dataset.flat_mapping import FlatMapIterDataset, FlatMapMapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
@@ -61,6 +64,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.next_index import get_next_index, set_next_index
     from aioloader._dataset.options import DatasetOptions, ExecutionTrackingMode
     from aioloader._dataset.parquet import ParquetIterDataset
+    from aioloader._dataset.prefetch import multithread_prefetch
     from aioloader._dataset.rebatch import RebatchIterDataset
     from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
     from aioloader._dataset.transformations import apply_transformations
@@ -97,10 +101,12 @@ __all__ = [
     "ZipIterDataset",
     "ZipMapDataset",
     "apply_transformations",
+    "assert_equal_output_after_checkpoint",
     "batch_and_pad",
     "device_put",
     "get_element_spec",
     "get_next_index",
     "index_shuffle",
+    "multithread_prefetch",
     "set_next_index",
 ]

@@ -68,11 +68,13 @@ NAMESPACES = {
         "ZipIterDataset",
         "ZipMapDataset",
         "apply_transformations",
+        "assert_equal_output_after_checkpoint",
         "batch_and_pad",
         "device_put",
         "get_element_spec",
         "get_next_index",
         "index_shuffle",
+        "multithread_prefetch",
         "set_next_index",
     },
 }

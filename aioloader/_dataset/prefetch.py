@@ -60,3 +60,21 @@ class DevicePutIterDataset(IterDataset[Any]):
 
     def __repr__(self) -> str:
         return f"{self.parent!r}.device_put({self.device!r})"
+
+
+def multithread_prefetch(
+    ds: IterDataset[T], num_threads: int, buffer_size: int, sequential_slice: bool = False
+) -> IterDataset[T]:
+    """Grain's `multithread_prefetch`: `ds.prefetch(num_threads)` (`ds` itself for 0).
+
+    Grain's shards the dataset into a slice per thread and interleaves them, so its order
+    may change with `num_threads` where filters drop elements; here the threads share the
+    chunks of one stream and the order never changes. `buffer_size` (Grain's per thread)
+    and `sequential_slice` are checked and change nothing: each part reads ahead within
+    its `ReadOptions`.
+    """
+    threads = require_int("num_threads", num_threads, minimum=0)
+    require_int("buffer_size", buffer_size, minimum=0)
+    if not isinstance(sequential_slice, bool):
+        raise TypeError(f"`sequential_slice` must be a bool, got {sequential_slice!r}.")
+    return ds.prefetch(threads) if threads else ds
