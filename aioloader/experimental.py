@@ -28,6 +28,7 @@ _LAZY = {
     "InterleaveIterDataset": "aioloader._dataset.interleave",
     "LimitIterDataset": "aioloader._dataset.limit",
     "ParquetIterDataset": "aioloader._dataset.parquet",
+    "PerformanceConfig": "aioloader._dataset.performance",
     "RebatchIterDataset": "aioloader._dataset.rebatch",
     "RepeatIterDataset": "aioloader._dataset.iter_repeat",
     "ShapeDtypeStruct": "aioloader._dataset.element_spec",
@@ -44,6 +45,7 @@ _LAZY = {
     "get_element_spec": "aioloader._dataset.element_spec",
     "get_next_index": "aioloader._dataset.next_index",
     "multithread_prefetch": "aioloader._dataset.prefetch",
+    "pick_performance_config": "aioloader._dataset.performance",
     "set_next_index": "aioloader._dataset.next_index",
 }
 
@@ -64,6 +66,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.next_index import get_next_index, set_next_index
     from aioloader._dataset.options import DatasetOptions, ExecutionTrackingMode
     from aioloader._dataset.parquet import ParquetIterDataset
+    from aioloader._dataset.performance import PerformanceConfig, pick_performance_config
     from aioloader._dataset.prefetch import multithread_prefetch
     from aioloader._dataset.rebatch import RebatchIterDataset
     from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
@@ -91,6 +94,7 @@ __all__ = [
     "LimitIterDataset",
     "MapWithIndexTransform",
     "ParquetIterDataset",
+    "PerformanceConfig",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
@@ -108,5 +112,6 @@ __all__ = [
     "get_next_index",
     "index_shuffle",
     "multithread_prefetch",
+    "pick_performance_config",
     "set_next_index",
 ]

@@ -58,6 +58,7 @@ NAMESPACES = {
         "LimitIterDataset",
         "MapWithIndexTransform",
         "ParquetIterDataset",
+        "PerformanceConfig",
         "RebatchIterDataset",
         "RepeatIterDataset",
         "ShapeDtypeStruct",
@@ -75,6 +76,7 @@ NAMESPACES = {
         "get_next_index",
         "index_shuffle",
         "multithread_prefetch",
+        "pick_performance_config",
         "set_next_index",
     },
 }

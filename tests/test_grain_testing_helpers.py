@@ -1,9 +1,11 @@
-"""Grain's `experimental.multithread_prefetch` and `assert_equal_output_after_checkpoint`.
+"""Grain's `experimental.multithread_prefetch`, `assert_equal_output_after_checkpoint` and
+`pick_performance_config`.
 
 `multithread_prefetch` runs the parts upstream on threads and never changes the order
 (Grain's interleaves a slice per thread: the same order where nothing is filtered or
 batched, which the comparison with Grain checks). `assert_equal_output_after_checkpoint` passes
 on pipelines that resume exactly and fails on one that does not, or gives nothing.
+`pick_performance_config` chooses Grain's workers and read-ahead for a RAM budget.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 import aioloader as al
@@ -20,6 +23,7 @@ from aioloader.experimental import (
     WithOptionsIterDataset,
     assert_equal_output_after_checkpoint,
     multithread_prefetch,
+    pick_performance_config,
 )
 
 
@@ -99,3 +103,45 @@ def test_a_pipeline_that_does_not_resume_fails() -> None:
         assert_equal_output_after_checkpoint(Forgetful())
     with pytest.raises(AssertionError, match="gave no elements"):
         assert_equal_output_after_checkpoint(al.MapDataset.range(0).to_iter_dataset())
+
+
+def sized(g: Any) -> Any:
+    """Batches of 4 records of 1 MiB, from a MapDataset with holes and one without, mixed."""
+    arrays = g.MapDataset.source([np.full((256, 1024), i, np.float32) for i in range(40)])
+    kept = arrays.filter(lambda x: bool(x[0, 0] % 3)).to_iter_dataset().batch(4)
+    return g.IterDataset.mix([kept, arrays.to_iter_dataset().batch(2)])
+
+
+@pytest.mark.parametrize(
+    ("budget", "workers", "buffer"), [(64, 8, None), (1024, 3, None), (16, 2, 10), (10_000, 4, 50), (3, 1, 7)]
+)
+def test_pick_performance_config_chooses_as_grain(
+    grain: ModuleType, budget: int, workers: int, buffer: int | None
+) -> None:
+    def chosen(g: Any) -> tuple[int, int]:
+        config = g.experimental.pick_performance_config(
+            sized(g), ram_budget_mb=budget, max_workers=workers, max_buffer_size=buffer
+        )
+        return config.multiprocessing_options.num_workers, config.read_options.prefetch_buffer_size
+
+    assert chosen(al) == chosen(grain)
+
+
+def test_pick_performance_config_takes_no_budget_and_names_bad_arguments() -> None:
+    config = pick_performance_config(sized(al), ram_budget_mb=None, max_workers=3, max_buffer_size=None)
+    assert (config.multiprocessing_options, config.read_options) == (
+        al.MultiprocessingOptions(num_workers=3),
+        al.ReadOptions(prefetch_buffer_size=1000),
+    )
+    np.testing.assert_equal(list(sized(al).mp_prefetch(config.multiprocessing_options)), list(sized(al)))
+    for name, arguments in [
+        ("ram_budget_mb", {"ram_budget_mb": 0, "max_workers": 1, "max_buffer_size": 1}),
+        ("max_workers", {"ram_budget_mb": 1, "max_workers": 1.5, "max_buffer_size": 1}),
+        ("max_buffer_size", {"ram_budget_mb": 1, "max_workers": 1, "max_buffer_size": -1}),
+        (
+            "samples_to_check",
+            {"ram_budget_mb": 1, "max_workers": 1, "max_buffer_size": 1, "samples_to_check": 0},
+        ),
+    ]:
+        with pytest.raises((TypeError, ValueError), match=f"`{name}`"):
+            pick_performance_config(sized(al), **arguments)
