@@ -76,6 +76,7 @@ _LAZY = {
     "StageStatistics": "aioloader._observability.statistics",
     "ThreadStatistics": "aioloader._observability.statistics",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
+    "config": "aioloader._common.config",
     "log_statistics": "aioloader._observability.logs",
     "register_metrics": "aioloader._observability.prometheus",
 }
@@ -84,6 +85,7 @@ _LAZY = {
 _SUBMODULES = ("checkpoint", "experimental", "samplers", "sharding", "sources", "transforms")
 
 if _typing.TYPE_CHECKING:
+    from aioloader._common.config import config
     from aioloader._dataset.base import MapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
     from aioloader._dataset.iter_base import IterDataset
@@ -155,6 +157,7 @@ __all__ = [
     "StageStatistics",
     "ThreadStatistics",
     "WindowShuffleIterDataset",
+    "config",
     "load",
     "log_statistics",
     "register_metrics",
