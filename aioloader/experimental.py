@@ -32,6 +32,7 @@ _LAZY = {
     "RebatchIterDataset": "aioloader._dataset.rebatch",
     "RepeatIterDataset": "aioloader._dataset.iter_repeat",
     "ShapeDtypeStruct": "aioloader._dataset.element_spec",
+    "TFRecordIterDataset": "aioloader._dataset.tfrecord",
     "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
     "WindowShuffleMapDataset": "aioloader._dataset.window_shuffle",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
@@ -69,6 +70,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.performance import PerformanceConfig, pick_performance_config
     from aioloader._dataset.prefetch import multithread_prefetch
     from aioloader._dataset.rebatch import RebatchIterDataset
+    from aioloader._dataset.tfrecord import TFRecordIterDataset
     from aioloader._dataset.thread_prefetch import ThreadPrefetchIterDataset, device_put
     from aioloader._dataset.transformations import apply_transformations
     from aioloader._dataset.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
@@ -98,6 +100,7 @@ __all__ = [
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
+    "TFRecordIterDataset",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",

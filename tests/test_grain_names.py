@@ -62,6 +62,7 @@ NAMESPACES = {
         "RebatchIterDataset",
         "RepeatIterDataset",
         "ShapeDtypeStruct",
+        "TFRecordIterDataset",
         "ThreadPrefetchIterDataset",
         "WindowShuffleIterDataset",
         "WindowShuffleMapDataset",
