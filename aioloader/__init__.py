@@ -38,7 +38,7 @@ from aioloader._operations.transforms import (
     RandomMapTransform,
 )
 from aioloader._sampling.metadata import RecordMetadata
-from aioloader._sampling.sampler import IndexSampler, SequentialSampler
+from aioloader._sampling.sampler import IndexSampler, Sampler, SequentialSampler
 from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from aioloader._sources.protocols import (
     AsyncDataSource,
@@ -46,6 +46,8 @@ from aioloader._sources.protocols import (
     RandomAccessDataSource,
     RangeDataSource,
 )
+
+PyGrainDatasetIterator = DataLoaderIterator  # Grain's former name of the DataLoader's iterator
 
 # Imported above: what `DataLoader(...)` and `for batch in loader` need, and
 # nothing else. The names below load on first use, each from its module: a
@@ -63,6 +65,7 @@ _LAZY = {
     "BufferStatistics": "aioloader._observability.statistics",
     "ConcatThenSplitIterDataset": "aioloader._dataset.iter_packing",
     "DatasetIterator": "aioloader._dataset.iterator",
+    "DatasetSelectionMap": "aioloader._dataset.mixing",
     "FilesDataSource": "aioloader._sources.files",
     "FirstFitPackIterDataset": "aioloader._dataset.iter_packing",
     "HuggingFaceDataSource": "aioloader._sources.frames",
@@ -72,9 +75,14 @@ _LAZY = {
     "MapDataset": "aioloader._dataset.base",
     "ParquetDataSource": "aioloader._sources.parquet",
     "PolarsDataSource": "aioloader._sources.frames",
+    "PyGrainCheckpointHandler": "aioloader._iteration.orbax",
+    "PyGrainCheckpointRestore": "aioloader._iteration.orbax",
+    "PyGrainCheckpointSave": "aioloader._iteration.orbax",
     "SQLiteDataSource": "aioloader._sources.sqlite",
     "StageStatistics": "aioloader._observability.statistics",
     "ThreadStatistics": "aioloader._observability.statistics",
+    "Transformation": "aioloader.transforms",
+    "Transformations": "aioloader.transforms",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
     "config": "aioloader._common.config",
     "log_statistics": "aioloader._observability.logs",
@@ -95,7 +103,13 @@ if _typing.TYPE_CHECKING:
         FirstFitPackIterDataset,
     )
     from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
+    from aioloader._dataset.mixing import DatasetSelectionMap
     from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
+    from aioloader._iteration.orbax import (
+        PyGrainCheckpointHandler,
+        PyGrainCheckpointRestore,
+        PyGrainCheckpointSave,
+    )
     from aioloader._observability.logs import log_statistics
     from aioloader._observability.prometheus import register_metrics
     from aioloader._observability.statistics import (
@@ -110,6 +124,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._sources.frames import HuggingFaceDataSource, PolarsDataSource
     from aioloader._sources.parquet import ParquetDataSource
     from aioloader._sources.sqlite import SQLiteDataSource
+    from aioloader.transforms import Transformation, Transformations
 else:  # hidden from type checkers, which see the imports above and reject unknown names
     __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals(), _SUBMODULES)
 
@@ -127,6 +142,7 @@ __all__ = [
     "DataLoader",
     "DataLoaderIterator",
     "DatasetIterator",
+    "DatasetSelectionMap",
     "DevicePut",
     "FilesDataSource",
     "FilterTransform",
@@ -145,17 +161,24 @@ __all__ = [
     "NoSharding",
     "ParquetDataSource",
     "PolarsDataSource",
+    "PyGrainCheckpointHandler",
+    "PyGrainCheckpointRestore",
+    "PyGrainCheckpointSave",
+    "PyGrainDatasetIterator",
     "RandomAccessDataSource",
     "RandomMapTransform",
     "RangeDataSource",
     "ReadOptions",
     "RecordMetadata",
     "SQLiteDataSource",
+    "Sampler",
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",
     "StageStatistics",
     "ThreadStatistics",
+    "Transformation",
+    "Transformations",
     "WindowShuffleIterDataset",
     "config",
     "load",

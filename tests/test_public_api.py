@@ -45,8 +45,11 @@ def test_all_is_sorted_and_complete() -> None:
     assert set(aioloader.__all__) >= DESIGN_NAMES
 
 
+TYPE_ALIASES = {"Transformation", "Transformations"}  # typing's objects, as Grain's are
+
+
 def test_every_public_name_comes_from_a_private_module() -> None:
-    for name in aioloader.__all__:
+    for name in set(aioloader.__all__) - TYPE_ALIASES:
         module = getattr(aioloader, name).__module__
         assert module.startswith("aioloader._"), (name, module)
 

@@ -138,3 +138,9 @@ def _raise_missing(directory: Any, index: int, count: int) -> None:
         f"`{directory / state_file_name(index, count)}` does not exist: the checkpoint holds no "
         f"iterator state for process {index} of {count}."
     )
+
+
+# Grain's names in `grain.python`, so that a script written for Grain keeps them.
+PyGrainCheckpointHandler = CheckpointHandler
+PyGrainCheckpointSave = CheckpointSave
+PyGrainCheckpointRestore = CheckpointRestore
