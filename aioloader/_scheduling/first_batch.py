@@ -47,7 +47,7 @@ class FirstBatch:
         self._batch, self._threads = batch, threads
         self._running = 0  # parts (or the join) taken and not done
         self._elements: list[Elements | None] = [None] * parts
-        self._left = parts
+        self._joining = False  # the join is issued: parts still running are not waited for
         self._seconds = self._wall = 0.0
         size, extra = divmod(job.count, parts)
         self.todo: deque[Work] = deque()
@@ -65,8 +65,8 @@ class FirstBatch:
         return min(PARTS_PER_THREAD * threads, job.count)  # a chunk holds one record at least
 
     def take(self) -> Work | None:
-        """A part, or the join once every part is done; None if none is waiting, or if
-        `threads` threads run one already."""
+        """A part, or the join once the parts it needs are done; None if none is waiting,
+        or if `threads` threads run one already."""
         if not self.todo or self._running >= self._threads:
             return None
         self._running += 1
@@ -84,10 +84,23 @@ class FirstBatch:
             whole.seconds, whole.wall = self._seconds, self._wall
             return whole
         self._elements[work.seq] = work.payload
-        self._left -= 1
-        if not self._left:
+        if not self._joining and self._complete():
+            # The parts after a failed one are not needed (their records come after the
+            # failing one): those not taken are dropped, those running not waited for, so
+            # that the error comes as soon as in a fused chunk, whatever they do.
+            self._joining = True
+            self.todo.clear()
             self.todo.append(Work(Stage.JOIN, 0, self._join(), self.weight))
         return None
+
+    def _complete(self) -> bool:
+        """True once every part is done, or every part up to a failed one."""
+        for elements in self._elements:
+            if elements is None:
+                return False
+            if elements.failure is not None:
+                return True
+        return True
 
     def _join(self) -> BatchJob:
         """The batch of the parts' elements, in order: the parts after a failed one are not
@@ -95,7 +108,7 @@ class FirstBatch:
         tail = TailBatcher(self._batch)
         jobs: list[BatchJob] = []
         for elements in self._elements:
-            assert elements is not None
+            assert elements is not None, "the parts up to a failed one are done"
             jobs += tail.push(elements)
             if tail.failed:
                 break

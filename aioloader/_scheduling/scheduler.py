@@ -269,7 +269,8 @@ class Scheduler:
         """A part of the first batch, or its join, is done: the whole first chunk's work once
         the join is; else None, and the join goes to whichever thread asks first."""
         first = self._first
-        assert first is not None
+        if first is None:
+            return None  # a part after a failed one, done after the join: nobody needs it
         whole = first.done(work)
         if whole is not None:
             self._first = None
