@@ -84,7 +84,7 @@ _LAZY = {
     "Transformation": "aioloader.transforms",
     "Transformations": "aioloader.transforms",
     "WindowShuffleIterDataset": "aioloader._dataset.window_shuffle",
-    "config": "aioloader._common.config",
+    "config": "aioloader._observability.config",
     "log_statistics": "aioloader._observability.logs",
     "register_metrics": "aioloader._observability.prometheus",
 }
@@ -93,7 +93,6 @@ _LAZY = {
 _SUBMODULES = ("checkpoint", "experimental", "samplers", "sharding", "sources", "transforms")
 
 if _typing.TYPE_CHECKING:
-    from aioloader._common.config import config
     from aioloader._dataset.base import MapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
     from aioloader._dataset.iter_base import IterDataset
@@ -110,6 +109,7 @@ if _typing.TYPE_CHECKING:
         PyGrainCheckpointRestore,
         PyGrainCheckpointSave,
     )
+    from aioloader._observability.config import config
     from aioloader._observability.logs import log_statistics
     from aioloader._observability.prometheus import register_metrics
     from aioloader._observability.statistics import (

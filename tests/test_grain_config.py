@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import aioloader as al
-from aioloader._common.config import _DEFAULTS, DEBUG_SECONDS, Config
 from aioloader._observability import logs
+from aioloader._observability.config import _DEFAULTS, DEBUG_SECONDS, Config
 
 
 @pytest.fixture

@@ -38,12 +38,13 @@ from workers, one more, one fewer, the consumer's thread; from the
 consumer's thread, the workers it left and one more, since one worker may
 lose to it where two win; of these, the one measured longest ago) and keeps
 it if it delivered at least `MARGIN` times faster than the better of the
-last two phases before; after such a win, the next trial comes as soon as
-the rate has settled (climbing is quick). A trial that lost doubles the
-phases before the next one, whichever level that tries (`FIRST_HOLD`, then
-up to `MAX_HOLD`: a few seconds): one schedule for all the neighbours, so
-that a run that has settled pays for one trial at a time, and less and less
-often.
+last two phases before (a trial of threads running already that delivers at
+less than `LOSING` of that rate ends after `EARLY` of its phase); after such
+a win, the next trial comes as soon as the rate has settled (climbing is
+quick). A trial that lost doubles the phases before the next one, whichever
+level that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
+schedule for all the neighbours, so that a run that has settled pays for one
+trial at a time, and less and less often.
 There is no trial:
 
 * while the rate still rises (`_settled`): a cache warming up makes the
@@ -82,6 +83,8 @@ MIN_OUTPUTS = 4  # ... of at least this many outputs
 FIRST_HOLD = 8  # phases before the first trial from a new level; each trial that lost doubles it
 MAX_HOLD = 128  # the most phases between two trials
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
+LOSING = 0.5  # ... and one this much slower after `EARLY` of a phase ends there
+EARLY = 0.25
 RISING = 1.1  # a phase this much faster than the one before: the rate still rises, no trial yet
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
@@ -164,10 +167,24 @@ class Tuner:
         self._waited += waited
         self._outputs += 1
         span = now - self._start
-        if span >= PHASE_SECONDS and self._outputs >= MIN_OUTPUTS:
+        if (span >= PHASE_SECONDS and self._outputs >= MIN_OUTPUTS) or self._clearly_losing(span):
             self._end_phase(span)
             if not self._settling:
                 self._begin(now)
+
+    def _clearly_losing(self, span: float) -> bool:
+        """True when a trial whose threads were running already delivers at less than
+        `LOSING` of the rate of the level it left after `EARLY` of a phase: it ends there
+        (a losing trial of two workers on 3.11 ran a whole phase at a third of level 0's
+        rate). A trial that started threads runs its phases: a new thread may start late."""
+        trial = self._trial
+        return (
+            trial is not None
+            and self._trial_phases == 1
+            and self._outputs >= MIN_OUTPUTS
+            and span >= EARLY * PHASE_SECONDS
+            and self._weight < LOSING * trial[1] * span
+        )
 
     def _begin(self, now: float) -> None:
         self._start, self._weight, self._waited, self._outputs = now, 0, 0.0, 0
