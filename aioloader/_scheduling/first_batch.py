@@ -64,10 +64,18 @@ class FirstBatch:
             return 1
         return min(PARTS_PER_THREAD * threads, job.count)  # a chunk holds one record at least
 
-    def take(self) -> Work | None:
+    def take(self, consumer: bool = False) -> Work | None:
         """A part, or the join once the parts it needs are done; None if none is waiting,
-        or if `threads` threads run one already."""
+        or if `threads` threads run one already.
+
+        The `consumer`'s thread takes a part only once every part before it is done:
+        a part it runs holds the consumer until it ends, and an earlier part that failed
+        makes its records ones the batch made whole never reaches (a record stuck there
+        would hold the error back)."""
         if not self.todo or self._running >= self._threads:
+            return None
+        head = self.todo[0]
+        if consumer and head.stage is Stage.PARTS and None in self._elements[: head.seq]:
             return None
         self._running += 1
         return self.todo.popleft()

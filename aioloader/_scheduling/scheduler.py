@@ -198,9 +198,10 @@ class Scheduler:
         assert work is not None
         return work
 
-    def _first_work_locked(self) -> Work | None:
-        """A part of the first batch, or its join, that no thread has taken yet."""
-        return None if self._first is None else self._first.take()
+    def _first_work_locked(self, consumer: bool = False) -> Work | None:
+        """A part of the first batch, or its join, that no thread has taken yet (for the
+        `consumer`'s thread, see `FirstBatch.take`)."""
+        return None if self._first is None else self._first.take(consumer)
 
     def _room_locked(self, records: int) -> bool:
         """Whether a chunk of `records` fits the records window: within its capacity and,
@@ -354,7 +355,7 @@ class Scheduler:
                     else None
                 )
                 if work is None and runner is not None:
-                    work = self._first_work_locked()
+                    work = self._first_work_locked(consumer=True)
                 if work is None:
                     if not self._answerable_locked():  # asking for work may have found the end
                         self._consumer_waits = True

@@ -248,3 +248,28 @@ def test_a_rate_that_keeps_rising_delays_the_trial_a_phase_at_a_time() -> None:
     assert set(run.levels) == {2}
     run.outputs(phases(2, 910))  # as fast as the phase before: settled, the trial
     assert 0 in run.levels
+
+
+def test_a_trial_clearly_losing_ends_after_a_quarter_phase() -> None:
+    """Workers already running, tried again from level 0 at under half its rate: the trial
+    ends once a quarter of a phase shows it; at 0.6 of the rate it runs its whole phase."""
+    for speed, length in ((900, tuning.EARLY), (1400, 1.0)):
+        run = Run([0, 2], 2, {2: 1000, 0: 2300})
+        run.outputs(phases(FIRST_TRIAL, 1000) + phases(1, 2300))
+        while run.tuner.level == 0:  # until the trial of the workers
+            run.outputs(1)
+        run.speed[2] = speed
+        began = run.now
+        while run.tuner.level == 2:
+            run.outputs(1)
+        assert run.tuner.chosen == 0
+        assert length * PHASE <= run.now - began < length * PHASE + 2 * tuning.MIN_OUTPUTS / speed
+
+
+def test_a_trial_that_starts_threads_is_not_cut_short() -> None:
+    run = Run([0, 1, 2], 1, {0: 500, 1: 1000, 2: 1000}, memory_limit=1 << 62)
+    run.outputs(phases(FIRST_TRIAL, 1000))
+    assert run.tuner.level == 2  # trying a new worker
+    run.speed[2] = 300  # far slower while it starts
+    run.outputs(phases(1, 300) - 1)
+    assert run.tuner.level == 2  # still on trial: a whole phase, and a second one
