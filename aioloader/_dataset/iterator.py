@@ -31,7 +31,7 @@ from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
 from aioloader._dataset.prefetch import DevicePutIterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, as_stage
-from aioloader._dataset.with_options import pipeline_options
+from aioloader._dataset.with_options import compiling_with, pipeline_options
 from aioloader._device.device_put import DevicePut
 from aioloader._device.handoff import Handoff
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, position_of
@@ -50,7 +50,9 @@ def _compile(dataset: IterDataset[Any]) -> tuple[Plan, DevicePut | None]:
     """The dataset's pipeline, and the device stage after it (if `device_put` ends it)."""
     device = dataset.device if isinstance(dataset, DevicePutIterDataset) else None
     top = dataset.parent if isinstance(dataset, DevicePutIterDataset) else dataset
-    plan = top._plan(Settings(options=pipeline_options(dataset)))
+    options = pipeline_options(dataset)
+    with compiling_with(options):
+        plan = top._plan(Settings(options=options))
     if isinstance(plan, EnginePart) and plan.checked:
         plan = plan.build()  # its filters' checks run in order after it: a stage
     return plan, device

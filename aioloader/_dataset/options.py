@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 from typing import Any
 
 from aioloader._common.validation import require_int
@@ -56,7 +57,7 @@ class DatasetOptions:
     filter_raise_threshold_ratio: float | None
     execution_tracking_mode: ExecutionTrackingMode
     min_shm_size: int
-    user_set_fields: frozenset[str] = dataclasses.field(repr=False)
+    user_set_fields: frozenset[str] = dataclasses.field(init=False, repr=False)
 
     def __init__(
         self,
@@ -97,11 +98,12 @@ class DatasetOptions:
 def _ratio(name: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):  # NumPy's floats are floats
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy's numbers are Real
         raise TypeError(f"`{name}` must be None or a number, got {value!r} of type {type(value).__name__}.")
-    if not 0 <= value <= 1:  # nan too
+    ratio = float(value)
+    if not 0 <= ratio <= 1:  # nan too
         raise ValueError(f"`{name}` must be None or a number from 0 to 1, got {value!r}.")
-    return float(value)
+    return ratio
 
 
 def _mode(name: str, value: Any) -> ExecutionTrackingMode:

@@ -248,17 +248,43 @@ class NoIndices:
 
 def may_hold_holes(dataset: MapDataset[Any]) -> bool:
     """False when `dataset` has no `None` holes for `to_iter_dataset` to drop: it is made of
-    aioloader's own nodes, none a filter (a source that returns None for a record is not
-    foreseen: it makes a hole too)."""
-    from aioloader._dataset.mapping import FilterMapDataset
+    aioloader's own nodes, none of which runs the user's code (a map may return None, as a
+    filter leaves a hole, and a flat map leaves holes where an element gave fewer), over
+    sources that hold no None (aioloader's own file sources, or sequences checked for one)."""
+    from aioloader._dataset.flat_mapping import FlatMapMapDataset
+    from aioloader._dataset.mapping import ElementwiseMapDataset
+    from aioloader._dataset.sources import SourceMapDataset
 
     nodes = [dataset]
     while nodes:
         node = nodes.pop()
-        if isinstance(node, FilterMapDataset) or not type(node).__module__.startswith("aioloader."):
+        if isinstance(node, ElementwiseMapDataset | FlatMapMapDataset):
+            return True
+        if isinstance(node, SourceMapDataset) and _may_give_none(node.data_source):
+            return True
+        if not type(node).__module__.startswith("aioloader."):
             return True
         nodes += node.parents
     return False
+
+
+_CHECKED_SEQUENCE = 1 << 20  # a longer list is not scanned for None: it may hold one
+
+
+def _may_give_none(source: Any) -> bool:
+    """False for a source that never gives None: one of aioloader's file sources, or a
+    list or tuple (or an `InMemoryDataSource`) without a None in it."""
+    from aioloader._sources.protocols import InMemoryDataSource
+
+    if isinstance(source, range):
+        return False
+    if isinstance(source, InMemoryDataSource):
+        source = source.elements()
+    elif type(source).__module__.startswith("aioloader._sources."):
+        return False  # a range, ArrayRecord, Parquet, files, tables: ints, bytes or rows
+    if isinstance(source, list | tuple) and len(source) <= _CHECKED_SEQUENCE:
+        return any(element is None for element in source)
+    return True
 
 
 class PassNone:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import sys
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from aioloader._common.options import MultiprocessingOptions, ReadOptions
 from aioloader._common.validation import require_int
@@ -41,6 +44,10 @@ def pick_performance_config(
 ) -> PerformanceConfig:
     """Workers and read-ahead that fit `ram_budget_mb` (None: no bound), from the size of
     `samples_to_check` elements of `ds` and of the records its parallel parts read."""
+    from aioloader._dataset.iter_base import IterDataset
+
+    if not isinstance(ds, IterDataset):
+        raise TypeError(f"`ds` must be an IterDataset, got {type(ds).__name__}.")
     budget = None if ram_budget_mb is None else require_int("ram_budget_mb", ram_budget_mb, minimum=1) * MIB
     workers = default_maximum() if max_workers is None else require_int("max_workers", max_workers, minimum=1)
     buffer = (
@@ -49,30 +56,32 @@ def pick_performance_config(
         else require_int("max_buffer_size", max_buffer_size, minimum=1)
     )
     samples = require_int("samples_to_check", samples_to_check, minimum=1)
-    element = _mean_bytes(itertools.islice(iter(ds), samples))
+    if budget is None:
+        return _config(workers, buffer)
+    element = _mean_bytes(list(itertools.islice(iter(ds), samples)), samples)
+    if element:
+        workers = min(workers, int(budget / element))
     sources = _part_sources(ds)
-    record = _mean_bytes(_records(sources, samples))
-    # As Grain: a budget below one element leaves no worker (the caller's thread reads)
-    # and a budget below one record per part, no read-ahead.
-    if budget is not None and element:
-        workers = min(workers, budget // element)
-    if budget is not None and record:
-        buffer = min(buffer, budget // (record * len(sources)))
+    record = _mean_bytes(_records(sources, samples), samples)
+    if record:
+        buffer = min(buffer, int(budget / (record * len(sources))))
+    return _config(workers, buffer)
+
+
+def _config(workers: int, buffer: int) -> PerformanceConfig:
     return PerformanceConfig(
         MultiprocessingOptions(num_workers=workers), ReadOptions(prefetch_buffer_size=buffer)
     )
 
 
 def _part_sources(ds: Any) -> list[Any]:
-    """The MapDatasets that the parallel parts of `ds` read (each `to_iter_dataset()`)."""
+    """The MapDataset each parallel part of `ds` reads (each `to_iter_dataset()`), once for
+    each way the graph reaches it, as Grain counts its prefetch nodes."""
     from aioloader._dataset.parallel import ToIterDataset
 
-    found, nodes, seen = [], [ds], set()
+    found, nodes = [], [ds]
     while nodes:
         node = nodes.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
         if isinstance(node, ToIterDataset):
             found.append(node.parents[0])
         else:
@@ -81,23 +90,37 @@ def _part_sources(ds: Any) -> list[Any]:
 
 
 def _records(sources: list[Any], samples: int) -> list[Any]:
-    """Up to `samples` records in all, read by index from the first of each source."""
-    each = -(-samples // len(sources)) if sources else 0
-    records = [source[i] for source in sources for i in range(min(each, len(source)))]
-    return [record for record in records if record is not None]  # holes hold nothing
+    """About `samples` records, the same number from the first ones of each source, its
+    holes skipped (as `to_iter_dataset()` reads them)."""
+    if not sources:
+        return []
+    each = -(-samples // len(sources))
+    return [record for source in sources for record in itertools.islice(_kept(source), each)]
 
 
-def _mean_bytes(elements: Any) -> int:
-    """The mean size of `elements` in bytes (arrays by `nbytes`, containers by their
-    items, other objects by `sys.getsizeof`); 0 for none."""
-    sizes = [_bytes(element) for element in elements]
-    return sum(sizes) // len(sizes) if sizes else 0
+def _kept(source: Any) -> Iterator[Any]:
+    return (record for i in range(len(source)) if (record := source[i]) is not None)
+
+
+def _mean_bytes(elements: list[Any], samples: int) -> float:
+    """The mean size of `elements` in bytes; 0 (no bound: Grain's rule) when there are fewer
+    than `samples` of them, which logs a WARNING."""
+    if len(elements) < samples:
+        import logging  # here: `import aioloader` leaves logging out
+
+        logging.getLogger("aioloader").warning(
+            "pick_performance_config: fewer than %d elements to measure; the budget bounds nothing.", samples
+        )
+        return 0.0
+    return sum(_bytes(element) for element in elements) / len(elements)
 
 
 def _bytes(value: Any) -> int:
+    """Arrays by `nbytes`, containers by their items, anything else by `sys.getsizeof`."""
     if isinstance(value, dict):
         return sum(_bytes(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list | tuple):
         return sum(_bytes(item) for item in value)
-    nbytes = getattr(value, "nbytes", None)
-    return nbytes if isinstance(nbytes, int) else sys.getsizeof(value)
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    return sys.getsizeof(value)

@@ -73,6 +73,8 @@ def multithread_prefetch(
     and `sequential_slice` are checked and change nothing: each part reads ahead within
     its `ReadOptions`.
     """
+    if not isinstance(ds, IterDataset):
+        raise TypeError(f"`ds` must be an IterDataset, got {type(ds).__name__}.")
     threads = require_int("num_threads", num_threads, minimum=0)
     require_int("buffer_size", buffer_size, minimum=0)
     if not isinstance(sequential_slice, bool):

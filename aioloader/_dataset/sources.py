@@ -32,6 +32,11 @@ class SourceMapDataset(MapDataset[T]):
         many = getattr(source, "__getitems__", None)
         self._read_many = many if callable(many) else None
 
+    @property
+    def data_source(self) -> Indexable[T]:
+        """The sequence or data source it reads."""
+        return self._source
+
     def __len__(self) -> int:
         return self._length
 

@@ -10,7 +10,10 @@ with the result. The elements are the parent's; only the filter checks change (s
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from aioloader._dataset.iter_base import IterDataset, require_iter_dataset
@@ -51,19 +54,45 @@ def as_options(options: Any) -> DatasetOptions:
 
 
 def pipeline_options(dataset: Any) -> DatasetOptions:
-    """The options of every `WithOptionsIterDataset` in `dataset`'s graph, merged: inner
-    ones first, each outer one over them (Grain's order)."""
-    found: list[DatasetOptions] = []
-    nodes, seen = [dataset], set()
-    while nodes:  # outer to inner
-        node = nodes.pop(0)
-        if id(node) in seen:
+    """The options of every `WithOptionsIterDataset` in `dataset`'s graph, merged as Grain
+    merges its iterators': a node's own over its parents', and of its parents the first
+    over the later ones; and those of a pipeline being compiled around this one (a user's
+    node whose `__iter__` iterates `dataset`) over all of them."""
+    merged: dict[int, DatasetOptions] = {}
+    stack: list[tuple[Any, bool]] = [(dataset, False)]
+    while stack:  # post-order without recursion: a pipeline may be thousands of nodes deep
+        node, expanded = stack.pop()
+        if id(node) in merged:
             continue
-        seen.add(id(node))
-        if isinstance(node, WithOptionsIterDataset):
-            found.append(node.options)
-        nodes += getattr(node, "parents", ())
-    merged = DatasetOptions()
-    for options in reversed(found):
-        merged = options.merge(merged)
-    return merged
+        if expanded:
+            merged[id(node)] = _own(node, merged)
+            continue
+        stack.append((node, True))
+        stack += [(parent, False) for parent in reversed(getattr(node, "parents", ()))]
+    outer = _outer.get()
+    inner = merged[id(dataset)]
+    return inner if outer is None else outer.merge(inner)
+
+
+def _own(node: Any, merged: dict[int, DatasetOptions]) -> DatasetOptions:
+    """`node`'s options over its parents' (merged already), the first parent over the rest."""
+    options = DatasetOptions()
+    for parent in getattr(node, "parents", ()):
+        options = options.merge(merged[id(parent)])
+    return node.options.merge(options) if isinstance(node, WithOptionsIterDataset) else options
+
+
+# The options of the pipeline being compiled in this thread, for pipelines compiled inside it.
+_outer: contextvars.ContextVar[DatasetOptions | None] = contextvars.ContextVar(
+    "aioloader_options", default=None
+)
+
+
+@contextlib.contextmanager
+def compiling_with(options: DatasetOptions) -> Iterator[None]:
+    """Make `options` apply to every pipeline compiled inside this block (a user's node)."""
+    token = _outer.set(options)
+    try:
+        yield
+    finally:
+        _outer.reset(token)

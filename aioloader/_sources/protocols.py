@@ -95,6 +95,10 @@ class InMemoryDataSource:
             raise ValueError(f"InMemoryDataSource {self.name!r} is closed.")
         return self._elements.items
 
+    def elements(self) -> Sequence[Any]:
+        """The elements it holds (a ValueError once closed)."""
+        return self._items()
+
     def __len__(self) -> int:
         return len(self._items())
 
