@@ -237,43 +237,6 @@ def test_a_failed_part_is_joined_without_the_parts_after_it() -> None:
     assert not first.todo
 
 
-class StuckOnAWorker(aioloader.MapTransform):
-    """Record 1 raises; record 7 waits on a worker thread until the test has the error."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.timed_out = False
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> StuckOnAWorker:
-        return self
-
-    def map(self, x: int) -> int:
-        if x == 1:
-            raise ValueError("record 1")
-        on_a_worker = threading.current_thread() is not threading.main_thread()
-        if x == 7 and on_a_worker and not self.release.wait(30):
-            self.timed_out = True
-        return x
-
-
-@repeated
-@pytest.mark.parametrize("workers", [2, 3])
-def test_an_error_comes_without_waiting_for_a_later_part(workers: int, repeat: int) -> None:
-    """As from the batch made whole, which stops at record 1: the error does not wait for
-    the part of record 7, stuck on a worker until the test has the error."""
-    stuck = StuckOnAWorker()
-    loader = aioloader.DataLoader(
-        data_source=aioloader.RangeDataSource(0, 32),
-        sampler=aioloader.SequentialSampler(32),
-        operations=[stuck, aioloader.Batch(8)],
-        worker_count=workers,
-    )
-    with pytest.raises(ValueError, match="record 1"):
-        list(loader)
-    stuck.release.set()
-    assert not stuck.timed_out
-
-
 class RaisesAt(aioloader.MapTransform):
     def __init__(self, bad: int, error: type[BaseException]) -> None:
         self.bad, self.error = bad, error
