@@ -454,14 +454,15 @@ class Stuck(aioloader.MapTransform):
         return x
 
 
+@repeated
 @pytest.mark.parametrize("use_async", [False, True], ids=["for", "async-for"])
-def test_an_error_is_not_held_back_by_a_later_part(use_async: bool) -> None:
+def test_an_error_is_not_held_back_by_a_later_part(use_async: bool, repeat: int) -> None:
     """Record 1 of the first batch fails; record 7, in a later part, does not return until
     the consumer has the error. `worker_count=0` (and the batch made whole) raises at record 1
     and never maps record 7; made in parts, the error must not wait for record 7's part (a
-    record that never returns would hang the loader instead of reporting the error). Fixed
-    for a part on a worker (cd2bc01); where the consumer's thread took record 7's part, this
-    still fails by natural timing (see the next test, which forces it)."""
+    record that never returns would hang the loader instead of reporting the error): a
+    worker's part is not waited for (cd2bc01), and the consumer's thread takes no part past
+    one still running (see the next test, which drives it by hand)."""
     for workers in (0, 2):
         stuck = Stuck()
         loader = aioloader.DataLoader(
