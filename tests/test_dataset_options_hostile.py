@@ -783,8 +783,8 @@ def test_pick_performance_config_answers_grains(case: str) -> None:
     assert _picked(al, _sizes(al)[case]) == expected
 
 
-def test_grains_picks_are_these(grain: ModuleType) -> None:
-    logging.getLogger("absl").setLevel(logging.ERROR)
+def test_grains_picks_are_these(grain: ModuleType, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="absl")  # Grain's warnings of few samples; restored after
     assert {case: _picked(grain, ds) for case, ds in _sizes(grain).items()} == GRAINS_PICKS
 
 
