@@ -75,9 +75,6 @@ _LAZY = {
     "MapDataset": "aioloader._dataset.base",
     "ParquetDataSource": "aioloader._sources.parquet",
     "PolarsDataSource": "aioloader._sources.frames",
-    "PyGrainCheckpointHandler": "aioloader._iteration.orbax",
-    "PyGrainCheckpointRestore": "aioloader._iteration.orbax",
-    "PyGrainCheckpointSave": "aioloader._iteration.orbax",
     "SQLiteDataSource": "aioloader._sources.sqlite",
     "StageStatistics": "aioloader._observability.statistics",
     "ThreadStatistics": "aioloader._observability.statistics",
@@ -91,6 +88,12 @@ _LAZY = {
 # Grain's namespaces (`grain.transforms.Map`, `grain.samplers.IndexSampler`, ...), and the
 # orbax checkpoint handlers: imported when first named, never listed by `dir()`.
 _SUBMODULES = ("checkpoint", "experimental", "samplers", "sharding", "sources", "transforms")
+# Grain's names of the orbax handler (`grain.PyGrainCheckpointSave`): they need orbax-checkpoint,
+# so, like `checkpoint`, they load when named and `dir()` does not list them.
+_NEED_ORBAX = {
+    name: "aioloader._iteration.orbax"
+    for name in ("PyGrainCheckpointHandler", "PyGrainCheckpointRestore", "PyGrainCheckpointSave")
+}
 
 if _typing.TYPE_CHECKING:
     from aioloader._dataset.base import MapDataset
@@ -104,10 +107,14 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.iterator import AsyncDatasetIterator, DatasetIterator
     from aioloader._dataset.mixing import DatasetSelectionMap
     from aioloader._dataset.window_shuffle import WindowShuffleIterDataset
+    from aioloader._iteration.orbax import (  # re-exported, loaded when named (see _NEED_ORBAX)
+        PyGrainCheckpointHandler as PyGrainCheckpointHandler,
+    )
     from aioloader._iteration.orbax import (
-        PyGrainCheckpointHandler,
-        PyGrainCheckpointRestore,
-        PyGrainCheckpointSave,
+        PyGrainCheckpointRestore as PyGrainCheckpointRestore,
+    )
+    from aioloader._iteration.orbax import (
+        PyGrainCheckpointSave as PyGrainCheckpointSave,
     )
     from aioloader._observability.config import config
     from aioloader._observability.logs import log_statistics
@@ -126,7 +133,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._sources.sqlite import SQLiteDataSource
     from aioloader.transforms import Transformation, Transformations
 else:  # hidden from type checkers, which see the imports above and reject unknown names
-    __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals(), _SUBMODULES)
+    __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals(), _SUBMODULES, _NEED_ORBAX)
 
 
 __all__ = [
@@ -161,9 +168,6 @@ __all__ = [
     "NoSharding",
     "ParquetDataSource",
     "PolarsDataSource",
-    "PyGrainCheckpointHandler",
-    "PyGrainCheckpointRestore",
-    "PyGrainCheckpointSave",
     "PyGrainDatasetIterator",
     "RandomAccessDataSource",
     "RandomMapTransform",

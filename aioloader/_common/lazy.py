@@ -13,7 +13,11 @@ from typing import Any
 
 
 def lazy_names(
-    owner: str, table: dict[str, str], namespace: dict[str, Any], submodules: Collection[str] = ()
+    owner: str,
+    table: dict[str, str],
+    namespace: dict[str, Any],
+    submodules: Collection[str] = (),
+    unlisted: dict[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`__getattr__` and `__dir__` for the module `owner`, whose globals are `namespace`.
 
@@ -21,13 +25,15 @@ def lazy_names(
     `namespace` (later lookups never reach `__getattr__`); a name of `submodules` is
     the submodule `owner.name`, imported then (`import aioloader as grain` and then
     `grain.transforms` work as with Grain). `dir()` lists `table`'s names, not the
-    submodules (one may need an optional dependency). Any other name is an
-    AttributeError, as for a plain module."""
+    submodules (one may need an optional dependency), nor the names of `unlisted`, loaded as
+    `table`'s but from modules that need one. Any other name is an AttributeError, as for
+    a plain module."""
+    hidden = unlisted or {}
 
     def __getattr__(name: str) -> Any:
         if name in submodules:
             return importlib.import_module(f"{owner}.{name}")  # the import sets namespace[name]
-        module = table.get(name)
+        module = table.get(name) or hidden.get(name)
         if module is None:
             raise AttributeError(f"module {owner!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
