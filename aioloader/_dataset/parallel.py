@@ -51,7 +51,8 @@ class ToIterDataset(IterDataset[T]):
     def _plan(self, settings: Settings) -> Plan:
         drop_holes = Prepared(Kind.FILTER, is_not_none, "to_iter_dataset", "dropping the None holes")
         first = () if self._allow_nones else (drop_holes,)
-        return EnginePart(self._parent, self._read_options, settings, first, self._allow_nones)
+        holes = may_hold_holes(self._parent)  # once per compile: it may scan a long list
+        return EnginePart(self._parent, self._read_options, settings, first, self._allow_nones, holes)
 
     def __repr__(self) -> str:
         return f"{self._parent!r}.to_iter_dataset(allow_nones={self._allow_nones})"
@@ -66,6 +67,7 @@ class EnginePart(Part):
     settings: Settings
     operations: tuple[Prepared | Batch, ...]
     allow_nones: bool
+    holes: bool  # `may_hold_holes(dataset)`
 
     @property
     def batch_size(self) -> int | None:
@@ -85,7 +87,7 @@ class EnginePart(Part):
             for i, op in enumerate(self.operations)
             if isinstance(op, Prepared)
             and op.kind is Kind.FILTER
-            and (op.function is not is_not_none or may_hold_holes(self.dataset))
+            and (op.function is not is_not_none or self.holes)
         }
 
     def joined(self, operation: Any) -> EnginePart | None:
@@ -102,7 +104,7 @@ class EnginePart(Part):
         filters = [op for op in self.operations if isinstance(op, Prepared) and op.kind is Kind.FILTER]
         if any(op.function is not is_not_none for op in filters):
             return False  # the user's filter drops elements
-        return self.allow_nones or not may_hold_holes(self.dataset)
+        return self.allow_nones or not self.holes
 
     def loader(self, device_put: DevicePut | None = None) -> DataLoader:
         """The DataLoader that runs this part (its filters marking, where `checked`)."""
