@@ -38,8 +38,8 @@ from workers, one more, one fewer, the consumer's thread; from the
 consumer's thread, the workers it left and one more, since one worker may
 lose to it where two win; of these, the one measured longest ago) and keeps
 it if it delivered at least `MARGIN` times faster than the better of the
-last two phases before (a trial of threads running already that delivers at
-less than `LOSING` of that rate ends after `EARLY` of its phase); after such
+last two phases before (a trial that delivers at less than `LOSING` of that
+rate ends after `EARLY` of a phase, but for the first phase of new threads); after such
 a win, the next trial comes as soon as the rate has settled (climbing is
 quick). A trial that lost doubles the phases before the next one, whichever
 level that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
@@ -173,14 +173,15 @@ class Tuner:
                 self._begin(now)
 
     def _clearly_losing(self, span: float) -> bool:
-        """True when a trial whose threads were running already delivers at less than
-        `LOSING` of the rate of the level it left after `EARLY` of a phase: it ends there
-        (a losing trial of two workers on 3.11 ran a whole phase at a third of level 0's
-        rate). A trial that started threads runs its phases: a new thread may start late."""
+        """True when a trial delivers at less than `LOSING` of the rate of the level it left
+        after `EARLY` of a phase: it ends there (a losing trial of two workers on 3.11 ran a
+        whole phase at a third of level 0's rate). A trial that started threads runs its
+        first phase whole (a new thread may start late), not its second (on 3.13t, trivial
+        records: two new workers ran both phases at 0.45 of level 0's rate)."""
         trial = self._trial
         return (
             trial is not None
-            and self._trial_phases == 1
+            and len(self._rates) == self._trial_phases - 1
             and self._outputs >= MIN_OUTPUTS
             and span >= EARLY * PHASE_SECONDS
             and self._weight < LOSING * trial[1] * span

@@ -266,10 +266,18 @@ def test_a_trial_clearly_losing_ends_after_a_quarter_phase() -> None:
         assert length * PHASE <= run.now - began < length * PHASE + 2 * tuning.MIN_OUTPUTS / speed
 
 
-def test_a_trial_that_starts_threads_is_not_cut_short() -> None:
-    run = Run([0, 1, 2], 1, {0: 500, 1: 1000, 2: 1000}, memory_limit=1 << 62)
-    run.outputs(phases(FIRST_TRIAL, 1000))
+def test_a_trial_that_starts_threads_runs_its_first_phase_whole_and_may_end_in_its_second() -> None:
+    """A new thread may start late: the first phase of its trial is not cut short, however
+    slow; a second phase still under half the rate left ends after a quarter of a phase."""
+    run = Run([0, 1, 2], 1, {0: 4930, 1: 9930, 2: 9930}, memory_limit=1 << 62)
+    run.outputs(phases(FIRST_TRIAL, 9930))
     assert run.tuner.level == 2  # trying a new worker
-    run.speed[2] = 300  # far slower while it starts
-    run.outputs(phases(1, 300) - 1)
-    assert run.tuner.level == 2  # still on trial: a whole phase, and a second one
+    run.speed[2] = 2930  # far slower while it starts
+    run.outputs(phases(1, 2930) - 1)
+    assert run.tuner.level == 2  # still on trial: a whole phase ...
+    run.outputs(1)  # ... ended: its second phase begins
+    began = run.now
+    while run.tuner.level == 2:
+        run.outputs(1)
+    assert run.tuner.chosen == 1
+    assert tuning.EARLY * PHASE <= run.now - began < tuning.EARLY * PHASE + 2 * tuning.MIN_OUTPUTS / 2930
