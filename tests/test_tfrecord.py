@@ -187,3 +187,19 @@ def test_both_checksum_implementations_agree() -> None:
     if checksums._NATIVE is None:
         pytest.skip("the `crc32c` package is not installed here (the tfrecord extra): one implementation")
     assert [checksums._NATIVE(d) for d in data] == expected
+
+
+@pytest.mark.parametrize("length", [13, 1 << 31, 1 << 40, (1 << 63) + 5, (1 << 64) - 1])
+def test_a_length_longer_than_the_file_is_refused_before_it_is_read(tmp_path: Path, length: int) -> None:
+    """A length whose checksum matches (by chance, or written so) but which the file cannot
+    hold: an error naming the file, before any read of that size is tried."""
+    path = tmp_path / "long.tfrecord"
+    offsets = write_tfrecord(path, [b"first", b"second"])
+    header = struct.pack("<Q", length)
+    forged = header + struct.pack("<I", checksums.masked_crc32c(header)) + b"twelve bytes" + b"\x00" * 4
+    path.write_bytes(path.read_bytes() + forged)
+    got: list[bytes] = []
+    match = rf"record 2 \(at byte {offsets[1] + 22}\) ends inside it \(16 of its {length + 4} bytes"
+    with pytest.raises(ValueError, match=match):
+        got.extend(TFRecordIterDataset(path, verify_checksums=False))
+    assert got == [b"first", b"second"]

@@ -77,6 +77,7 @@ class TFRecordStage(Stage[bytes]):
             if not header:
                 raise StopIteration
             length = self._length(header)
+            self._check_fits(file, length)
             body = file.read(length + 4)
             if len(body) != length + 4:
                 raise self._damaged(f"ends inside it ({len(body)} of its {length + 4} bytes are there)")
@@ -94,6 +95,14 @@ class TFRecordStage(Stage[bytes]):
         if masked_crc32c(header[:8], crc32c_small) != checksum:
             raise self._damaged("has a length that does not match its checksum (not a TFRecord file?)")
         return int(length)
+
+    def _check_fits(self, file: IO[bytes], length: int) -> None:
+        """The file's end before the record's: a truncated file, or a damaged length with a
+        matching checksum (1 in 2**32 by chance, or written so), which `read` must not be
+        asked to allocate (2**63 bytes overflow; 20 GB may be granted, then filled in part)."""
+        left = max(0, os.fstat(file.fileno()).st_size - self._offset - _HEADER.size)
+        if length + 4 > left:
+            raise self._damaged(f"ends inside it ({left} of its {length + 4} bytes are there)")
 
     def _damaged(self, what: str) -> ValueError:
         return ValueError(
