@@ -95,7 +95,7 @@ class DatasetOptions:
         return DatasetOptions(**fields)
 
 
-def _ratio(name: str, value: Any) -> float | None:
+def _ratio(name: str, value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy's numbers are Real
@@ -103,7 +103,15 @@ def _ratio(name: str, value: Any) -> float | None:
     ratio = float(value)
     if not 0 <= ratio <= 1:  # nan too
         raise ValueError(f"`{name}` must be None or a number from 0 to 1, got {value!r}.")
-    return ratio
+    return value if _numpy_float(value) else ratio
+
+
+def _numpy_float(value: Any) -> bool:
+    """A NumPy float scalar, kept as given: Grain compares `dropped / seen >= ratio` with the
+    user's ratio, which NumPy 2 makes a float32 comparison for a float32 ratio (300/1000
+    reaches np.float32(0.3), but not its float(), 0.3000000119...)."""
+    kind = type(value)
+    return kind.__module__ == "numpy" and not isinstance(value, numbers.Integral)
 
 
 def _mode(name: str, value: Any) -> ExecutionTrackingMode:
