@@ -204,13 +204,19 @@ def _check_worker_count(worker_count: Any) -> int | str:
             return worker_count
         raise ValueError(f'`worker_count` must be an int, None or "auto", got {worker_count!r}.')
     count = (os.cpu_count() or 1) if worker_count is None else worker_count
-    count = require_int("worker_count", count, minimum=0)
-    if count > MAX_WORKER_COUNT:
+    return require_thread_count("worker_count", count)
+
+
+def require_thread_count(name: str, count: Any) -> int:
+    """`count`, an int from 0 to `MAX_WORKER_COUNT`, else an error naming `name` (the
+    Dataset API's `prefetch`/`multithread_prefetch` check theirs when the pipeline is built)."""
+    threads = require_int(name, count, minimum=0)
+    if threads > MAX_WORKER_COUNT:
         raise ValueError(
-            f"`worker_count` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
-            f"starts), got {count}."
+            f"`{name}` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader "
+            f"starts), got {threads}."
         )
-    return count
+    return threads
 
 
 def _check_memory_limit(limit: Any, worker_count: Any) -> int | None:

@@ -17,7 +17,7 @@ from aioloader._common.validation import require_bool, require_int
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings
 from aioloader._device.device_put import DevicePut
-from aioloader._loader import MAX_WORKER_COUNT
+from aioloader._loader import require_thread_count
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ class PrefetchIterDataset(IterDataset[T]):
         self._parent = parent
         if hasattr(worker_count, "num_workers"):  # Grain's MultiprocessingOptions, or ours
             worker_count = worker_count.num_workers
-        self._settings = Settings(worker_threads("worker_count", worker_count), executor)
+        self._settings = Settings(require_thread_count("worker_count", worker_count), executor)
         if executor not in EXECUTORS:
             raise ValueError(f"`executor` must be one of {EXECUTORS}, got {executor!r}.")
 
@@ -63,18 +63,6 @@ class DevicePutIterDataset(IterDataset[Any]):
         return f"{self.parent!r}.device_put({self.device!r})"
 
 
-def worker_threads(name: str, count: Any) -> int:
-    """`count` checked here, naming `name`: the loader would refuse more than
-    `MAX_WORKER_COUNT` only at the first `next()`, naming its own `worker_count`."""
-    threads = require_int(name, count, minimum=0)
-    if threads > MAX_WORKER_COUNT:
-        raise ValueError(
-            f"`{name}` must be at most {MAX_WORKER_COUNT} (the most worker threads a loader starts), "
-            f"got {threads}."
-        )
-    return threads
-
-
 def multithread_prefetch(
     ds: IterDataset[T], num_threads: int, buffer_size: int, sequential_slice: bool = False
 ) -> IterDataset[T]:
@@ -88,7 +76,7 @@ def multithread_prefetch(
     """
     if not isinstance(ds, IterDataset):
         raise TypeError(f"`ds` must be an IterDataset, got {type(ds).__name__}.")
-    threads = worker_threads("num_threads", num_threads)
+    threads = require_thread_count("num_threads", num_threads)
     require_int("buffer_size", buffer_size, minimum=0)
     require_bool("sequential_slice", sequential_slice)  # NumPy's too, as elsewhere
     return ds.prefetch(threads) if threads else ds
