@@ -64,6 +64,7 @@ class TFRecordStage(Stage[bytes]):
         self._path, self._verify = path, verify
         self._file: IO[bytes] | None = None
         self._offset = 0  # of the next record
+        self._size = 0  # of the file, when last asked (see `_check_fits`)
         self._number = 0  # records before it, for messages (counted from where the run began)
         self._lock = threading.Lock()
         self._closed = False
@@ -99,9 +100,14 @@ class TFRecordStage(Stage[bytes]):
     def _check_fits(self, file: IO[bytes], length: int) -> None:
         """The file's end before the record's: a truncated file, or a damaged length with a
         matching checksum (1 in 2**32 by chance, or written so), which `read` must not be
-        asked to allocate (2**63 bytes overflow; 20 GB may be granted, then filled in part)."""
-        left = max(0, os.fstat(file.fileno()).st_size - self._offset - _HEADER.size)
-        if length + 4 > left:
+        asked to allocate (2**63 bytes overflow; 20 GB may be granted, then filled in part).
+        The size is asked of the file again only when a record seems not to fit: a file
+        still being written may have grown, and one `fstat` a record would cost small ones."""
+        end = self._offset + _HEADER.size + length + 4
+        if end > self._size:
+            self._size = os.fstat(file.fileno()).st_size
+        if end > self._size:
+            left = max(0, self._size - self._offset - _HEADER.size)
             raise self._damaged(f"ends inside it ({left} of its {length + 4} bytes are there)")
 
     def _damaged(self, what: str) -> ValueError:
