@@ -203,3 +203,75 @@ def test_a_length_longer_than_the_file_is_refused_before_it_is_read(tmp_path: Pa
     with pytest.raises(ValueError, match=match):
         got.extend(TFRecordIterDataset(path, verify_checksums=False))
     assert got == [b"first", b"second"]
+
+
+def test_a_resumed_run_names_the_damaged_record_by_its_number_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.tfrecord"
+    offsets = write_tfrecord(path, [b"alpha", b"beta", b"gamma", b"delta"])
+    path.write_bytes(flip(path.read_bytes(), offsets[3] + 13))
+    first = iter(TFRecordIterDataset(path))
+    assert [next(first), next(first)] == [b"alpha", b"beta"]
+    state = first.get_state()
+    assert state["dataset"]["record"] == 2
+    resumed = iter(TFRecordIterDataset(path))
+    resumed.set_state(state)
+    assert next(resumed) == b"gamma"
+    with pytest.raises(ValueError, match=rf"record 3 \(at byte {offsets[3]}\) does not match its checksum"):
+        next(resumed)
+    # A state saved before states held the number still resumes; messages then say "a record".
+    older = {**state, "dataset": {k: v for k, v in state["dataset"].items() if k != "record"}}
+    resumed = iter(TFRecordIterDataset(path))
+    resumed.set_state(older)
+    assert next(resumed) == b"gamma"
+    with pytest.raises(ValueError, match=rf"a record \(at byte {offsets[3]}\) does not match"):
+        next(resumed)
+
+
+@pytest.mark.parametrize("record", [-1, "2", True, 2.0])
+def test_a_state_with_a_bad_record_number_is_refused(tmp_path: Path, record: object) -> None:
+    write_tfrecord(tmp_path / "a.tfrecord", [b"x"] * 3)
+    iterator = iter(TFRecordIterDataset(tmp_path / "a.tfrecord"))
+    next(iterator)
+    state = iterator.get_state()
+    state["dataset"]["record"] = record
+    with pytest.raises(ValueError, match=r"`state` has record="):
+        iter(TFRecordIterDataset(tmp_path / "a.tfrecord")).set_state(state)
+
+
+def test_a_state_resumes_only_where_a_record_starts(tmp_path: Path) -> None:
+    """Every offset of the file is tried: the starts of records and the file's end resume,
+    every other offset (inside a header, inside data) is refused before a record is read."""
+    path = tmp_path / "a.tfrecord"
+    written = records(12, seed=3)[4:]  # small records: every offset of the file is tried
+    offsets = write_tfrecord(path, written)
+    size = path.stat().st_size
+    state = iter(TFRecordIterDataset(path)).get_state()
+    starts = [*offsets, size]
+    for offset in range(size + 1):
+        state["dataset"].update(offset=offset, record=None)
+        iterator = iter(TFRecordIterDataset(path))
+        if offset in starts:
+            iterator.set_state(state)
+            assert list(iterator) == written[starts.index(offset) :]
+        else:
+            with pytest.raises(ValueError, match=rf"offset={offset}, where no record of '{path}' starts"):
+                iterator.set_state(state)
+
+
+def test_a_pipe_a_device_or_a_folder_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.tfrecord"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang here
+    for path in (fifo, Path(os.devnull), tmp_path):
+        with pytest.raises(ValueError, match=f"'{path}' is not a regular file"):
+            next(iter(TFRecordIterDataset(path)))
+
+
+def test_a_path_that_is_empty_or_whose_fspath_lies_is_named() -> None:
+    class Lying:
+        def __fspath__(self) -> object:
+            return 3
+
+    with pytest.raises(TypeError, match=r"`path` .* is not a usable path"):
+        TFRecordIterDataset(Lying())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`path` is empty"):
+        TFRecordIterDataset("")

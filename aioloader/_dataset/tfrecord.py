@@ -15,15 +15,18 @@ Deliberate differences from Grain, whose reader checks no checksum:
   record's number and its offset, never bytes of another record.
   `verify_checksums=False` skips the data's checksum for storage you trust (the
   length's, 8 bytes, is still verified: a truncated or foreign file is still an error);
-* `path` must be a local path (a str or os.PathLike, without a NUL byte); the file is
-  opened at the first element, as Grain opens it, so a missing one is a
+* `path` must be a local path (a str or os.PathLike, not empty, without a NUL byte) of
+  a regular file: a pipe or a device is refused, as a resumed run must seek in it. The
+  file is opened at the first element, as Grain opens it, so a missing one is a
   FileNotFoundError then;
-* a state resumes only in a dataset of a file of the same name, at an offset inside it.
+* a state resumes only in a dataset of a file of the same name, at the offset of one of
+  its records (or its end); it holds the record's number too, for messages.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import threading
 from typing import IO, Any
@@ -42,17 +45,28 @@ class TFRecordIterDataset(IterDataset[bytes]):
     def __init__(self, path: str | os.PathLike[str], *, verify_checksums: bool = True) -> None:
         super().__init__()
         self._verify = require_bool("verify_checksums", verify_checksums)
-        if not isinstance(path, str | os.PathLike):
-            raise TypeError(f"`path` must be a str or os.PathLike, got {path!r:.200}.")
-        self._path = os.fsdecode(path)
-        if "\x00" in self._path:
-            raise ValueError(f"`path` holds a NUL byte, which no file name may: {self._path!r}.")
+        self._path = _local_path(path)
 
     def _plan(self, settings: Settings) -> Plan:
         return TFRecordStage(self._path, self._verify)
 
     def __repr__(self) -> str:
         return f"TFRecordIterDataset({self._path!r}, verify_checksums={self._verify})"
+
+
+def _local_path(path: object) -> str:
+    """`path` as a str, or an error naming the parameter."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"`path` must be a str or os.PathLike, got {path!r:.200}.")
+    try:
+        text = os.fsdecode(path)
+    except TypeError as error:  # an `__fspath__` that returns neither str nor bytes
+        raise TypeError(f"`path` {path!r:.200} is not a usable path: {error}") from None
+    if not text:
+        raise ValueError("`path` is empty; it must name a TFRecord file.")
+    if "\x00" in text:
+        raise ValueError(f"`path` holds a NUL byte, which no file name may: {text!r}.")
+    return text
 
 
 class TFRecordStage(Stage[bytes]):
@@ -65,7 +79,7 @@ class TFRecordStage(Stage[bytes]):
         self._file: IO[bytes] | None = None
         self._offset = 0  # of the next record
         self._size = 0  # of the file, when last asked (see `_check_fits`)
-        self._number = 0  # records before it, for messages (counted from where the run began)
+        self._number: int | None = 0  # records before it, for messages (None: a state did not say)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -86,16 +100,16 @@ class TFRecordStage(Stage[bytes]):
             if self._verify and masked_crc32c(data) != int.from_bytes(body[length:], "little"):
                 raise self._damaged("does not match its checksum")
             self._offset += _HEADER.size + length + 4
-            self._number += 1
+            if self._number is not None:
+                self._number += 1
             return data
 
     def _length(self, header: bytes) -> int:
         if len(header) != _HEADER.size:
             raise self._damaged(f"ends inside its header ({len(header)} of {_HEADER.size} bytes)")
-        length, checksum = _HEADER.unpack(header)
-        if masked_crc32c(header[:8], crc32c_small) != checksum:
+        if not _header_holds(header):
             raise self._damaged("has a length that does not match its checksum (not a TFRecord file?)")
-        return int(length)
+        return int(_HEADER.unpack(header)[0])
 
     def _check_fits(self, file: IO[bytes], length: int) -> None:
         """The file's end before the record's: a truncated file, or a damaged length with a
@@ -111,37 +125,79 @@ class TFRecordStage(Stage[bytes]):
             raise self._damaged(f"ends inside it ({left} of its {length + 4} bytes are there)")
 
     def _damaged(self, what: str) -> ValueError:
+        record = "a record" if self._number is None else f"record {self._number}"
         return ValueError(
-            f"TFRecord file {self._path!r} is damaged: record {self._number} (at byte {self._offset}) {what}."
+            f"TFRecord file {self._path!r} is damaged: {record} (at byte {self._offset}) {what}."
         )
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
-            self._file = open(self._path, "rb")  # noqa: SIM115 - closed by `close()`
+            self._file = _open_regular(self._path)
             self._file.seek(self._offset)
         return self._file
 
-    def snapshot(self) -> int:
-        return self._offset
+    def snapshot(self) -> tuple[int, int | None]:
+        return self._offset, self._number
 
-    def state_of(self, token: int) -> dict[str, Any]:
-        return {"stage": "tfrecord", "offset": token, "setup": os.path.basename(self._path)}
+    def state_of(self, token: tuple[int, int | None]) -> dict[str, Any]:
+        offset, number = token
+        state = {"stage": "tfrecord", "offset": offset, "record": number}
+        return {**state, "setup": os.path.basename(self._path)}
 
     def set_state(self, state: dict[str, Any]) -> None:
         (offset,) = state_fields(state, "tfrecord", ("offset",))
         check_setup(state, os.path.basename(self._path))
         offset = require_count("offset", offset)
+        # A state saved before states held the record's number resumes without it.
+        number = state.get("record")
+        number = None if number is None else require_count("record", number)
         with self._lock:
-            size = os.fstat(self._open().fileno()).st_size
-            if offset > size:
-                raise ValueError(
-                    f"`state` has offset={offset}, past the end of {self._path!r} ({size} bytes)."
-                )
-            self._offset, self._number = offset, 0
+            self._check_starts_record(self._open(), offset)
+            self._offset, self._number = offset, number
             self._open().seek(offset)
+
+    def _check_starts_record(self, file: IO[bytes], offset: int) -> None:
+        """A state's offset must be where a record starts (its header's checksum holds), or
+        the file's end: else the run would resume inside a record, and fail there blaming
+        the file, or worse, read a record's bytes as a frame."""
+        self._size = os.fstat(file.fileno()).st_size
+        if offset > self._size:
+            raise ValueError(
+                f"`state` has offset={offset}, past the end of {self._path!r} ({self._size} bytes)."
+            )
+        if offset == self._size:
+            return
+        file.seek(offset)
+        header = file.read(_HEADER.size)
+        if len(header) != _HEADER.size or not _header_holds(header):
+            raise ValueError(
+                f"`state` has offset={offset}, where no record of {self._path!r} starts "
+                "(a state of another file of the same name, or one changed by hand?)."
+            )
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             if self._file is not None:
                 self._file.close()
+
+
+def _header_holds(header: bytes) -> bool:
+    """Whether a record's 12-byte header holds its length's checksum."""
+    return masked_crc32c(header[:8], crc32c_small) == int(_HEADER.unpack(header)[1])
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """`path` opened for reading, if it is a regular file. A pipe cannot seek (to resume)
+    and tells no size (to check a record's length against): it is refused, opened without
+    blocking so that a pipe with no writer does not hang the run."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"TFRecord file {path!r} is not a regular file (a pipe, a device or a folder?).")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
