@@ -5,6 +5,11 @@ numbers (a fresh array per read, so a transform may write to it), `str` and
 `bytes` as they are, anything else as pyarrow's `as_py()` gives it, and None for
 nulls. How a column is read is decided from its type alone, so the kind of a value
 never depends on which other rows are read with it, nor on its row group's nulls.
+
+Columns of numbers become NumPy arrays read from their Arrow buffers, not with
+pyarrow's `to_numpy()`: its first call in a process imports pandas wherever pandas is
+installed (for the static data of its pandas converters), 0.3 s before a first batch
+on these machines, for nothing that is used here.
 """
 
 from __future__ import annotations
@@ -58,10 +63,10 @@ def _column(array: Any) -> tuple[_Take, int]:
 
 
 def _numbers(pa: Any, array: Any) -> tuple[_Take, int]:
-    values = _filled(pa, array).to_numpy(zero_copy_only=False)
+    values = _as_numpy(pa, array)  # a null's slot holds anything: never shown
     if array.null_count == 0:
         return (lambda at: list(values[at])), _owned(values)
-    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    valid = _as_numpy(pa, array.is_valid())
 
     def take(at: list[int]) -> list[Any]:
         return [v if ok else None for v, ok in zip(list(values[at]), valid[at].tolist(), strict=True)]
@@ -72,12 +77,12 @@ def _numbers(pa: Any, array: Any) -> tuple[_Take, int]:
 def _lists_of_numbers(pa: Any, array: Any) -> tuple[_Take, int]:
     """A numpy array per list; None for a null list; a list holding a null (which no
     array of numbers can hold) as `as_py()` gives it, a Python list with None in it."""
-    flat, bounds = _filled(pa, array.values).to_numpy(zero_copy_only=False), array.offsets.to_numpy()
+    flat, bounds = _as_numpy(pa, array.values), _as_numpy(pa, array.offsets)
     extra = _owned(flat) + _owned(bounds)
     if array.null_count == 0 and array.values.null_count == 0:
         return (lambda at: [flat[bounds[j] : bounds[j + 1]].copy() for j in at]), extra
-    missing = np.concatenate(([0], np.cumsum(~array.values.is_valid().to_numpy(zero_copy_only=False))))
-    whole = array.is_valid().to_numpy(zero_copy_only=False) & (missing[bounds[1:]] == missing[bounds[:-1]])
+    missing = np.concatenate(([0], np.cumsum(~_as_numpy(pa, array.values.is_valid()))))
+    whole = _as_numpy(pa, array.is_valid()) & (missing[bounds[1:]] == missing[bounds[:-1]])
 
     def take(at: list[int]) -> list[Any]:
         return [flat[bounds[j] : bounds[j + 1]].copy() if whole[j] else array[j].as_py() for j in at]
@@ -85,11 +90,25 @@ def _lists_of_numbers(pa: Any, array: Any) -> tuple[_Take, int]:
     return take, extra + missing.nbytes + whole.nbytes
 
 
-def _filled(pa: Any, array: Any) -> Any:
-    """`array` with its nulls (if any) as zeros, so that it converts to numbers."""
-    if array.null_count == 0:
-        return array
-    return array.fill_null(pa.scalar(False if pa.types.is_boolean(array.type) else 0, type=array.type))
+def _as_numpy(pa: Any, array: Any) -> np.ndarray:
+    """A numeric or boolean Arrow array as a NumPy array, as `to_numpy()` gives it (see
+    the module's docstring): a read-only view of the buffer for numbers, a copy for
+    booleans (Arrow packs them in bits). A null's slot holds whatever the buffer has
+    there (callers never show it); pyarrow's `fill_null` would need a scalar made from
+    a Python object, and that conversion imports pandas too."""
+    kind, start, count = array.type, array.offset, len(array)
+    data = array.buffers()[1]
+    if pa.types.is_boolean(kind):
+        if data is None or count == 0:  # no buffer: an array of nulls only
+            return np.zeros(count, dtype=bool)
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), count=start + count, bitorder="little")
+        return bits[start:].astype(bool)
+    size = kind.bit_width // 8
+    letter = "f" if pa.types.is_floating(kind) else "i" if pa.types.is_signed_integer(kind) else "u"
+    dtype = np.dtype(f"{letter}{size}")
+    if data is None or count == 0:
+        return np.zeros(count, dtype)
+    return np.frombuffer(data, dtype, count=count, offset=start * size)
 
 
 def _is_number(pa: Any, kind: Any) -> bool:
