@@ -165,6 +165,30 @@ def test_a_storage_source_loads_when_named() -> None:
     assert "asyncio" in loaded_after("from aioloader import FilesDataSource")
 
 
+# What reading local files needs none of: an event loop, a thread pool for object
+# storage, a compiler's subprocess (the C hash is built once per machine, then loaded).
+STORAGE_MACHINERY = ["asyncio", "concurrent.futures", "subprocess", "shutil", "logging", "pandas"]
+
+
+def newly_loaded(before: str, code: str) -> set[str]:
+    """Which of STORAGE_MACHINERY `code` loads that `before` (run first) has not."""
+    report = f"print(' '.join(sorted(set({STORAGE_MACHINERY!r}) & set(sys.modules))))"
+    return set(last_line_after(before + "\n" + code, report).split()) - set(last_line_after(before, report).split())
+
+
+def test_a_source_of_local_files_loads_no_storage_machinery(tmp_path: Path, array_record_dir: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": [1, None], "tokens": [[1, 2], [3, None]]}), parquet)
+    array_record = next(array_record_dir.glob("*"))
+    before = "import numpy, pyarrow.parquet"  # what pyarrow loads itself is not counted
+    for source in (f"ParquetDataSource({str(parquet)!r})", f"ArrayRecordDataSource({str(array_record)!r})"):
+        code = f"import aioloader\nsource = aioloader.{source}\nsource[0]\nsource.close()"
+        assert newly_loaded(before, code) == set(), source
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     import aioloader
 

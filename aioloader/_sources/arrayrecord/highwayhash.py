@@ -13,7 +13,6 @@ on the "aioloader" logger that says so and what to do; setting
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import threading
 from array import array
@@ -47,7 +46,6 @@ _CHECK_HASHES = {
 
 Hasher = Callable[[Sequence[bytes | memoryview], Sequence[int]], list[int]]
 
-_logger = logging.getLogger("aioloader")
 _chosen: list[Hasher] = []
 _choosing = threading.Lock()
 
@@ -81,7 +79,9 @@ def _choose() -> Hasher:
     try:
         return _Compiled(native.load(SOURCE))
     except native.BuildError as error:
-        _logger.warning(
+        import logging  # only to say this: it costs a few ms to import before a first batch
+
+        logging.getLogger("aioloader").warning(
             "Verifying ArrayRecord checksums will be slow (1-3 MB/s per thread on large chunks): "
             "the C version of HighwayHash could not be built (%s), so a NumPy version runs instead. "
             "Install a C compiler (cc, gcc or clang on PATH, or set CC) to make it a few hundred "

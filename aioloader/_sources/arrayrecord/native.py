@@ -16,9 +16,7 @@ import hashlib
 import os
 import platform
 import shlex
-import shutil
 import struct
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -92,6 +90,8 @@ def compiler() -> list[str]:
     `COMPILERS` on PATH. Raises BuildError if there is none."""
     if os.environ.get("CC"):
         return shlex.split(os.environ["CC"])
+    import shutil  # here, not at the top: a library built already needs neither it nor subprocess
+
     for name in COMPILERS:
         found = shutil.which(name)
         if found:
@@ -101,6 +101,8 @@ def compiler() -> list[str]:
 
 def _compile(source: Path, target: Path) -> None:
     """Compile to a name of this thread's own, then rename it: `target` appears whole or not at all."""
+    import subprocess
+
     partial = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     command = [*compiler(), *FLAGS, "-o", str(partial), str(source)]
     try:

@@ -17,20 +17,20 @@ cuts retry waits short. Thread-safe.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aioloader._sources.storage.clients import Client, make_client
 from aioloader._sources.storage.errors import Kind, detail, storage_error, unavailable
 from aioloader._sources.storage.settings import S3Settings, resolve
 from aioloader._sources.storage.urls import ObjectUrl, glob_matcher, glob_prefix, is_glob, is_url, parse
 
-_log = logging.getLogger("aioloader.storage")
+# asyncio, logging and concurrent.futures load where a store is used, not where a source
+# of local files is made (tens of ms before a first batch: tests/test_lazy_imports.py).
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 S = TypeVar("S")
 T = TypeVar("T")
 
@@ -77,6 +77,8 @@ class ObjectStore:
 
     async def aread(self, url: ObjectUrl) -> bytes:
         """The whole object, read on the store's threads while the event loop runs on."""
+        import asyncio
+
         return await asyncio.wrap_future(self._submit(self.read, url))
 
     def fetch(self, ranges: Sequence[Range]) -> list[bytes]:
@@ -139,7 +141,7 @@ class ObjectStore:
                 break
             self._count(retries=1)
             delay = _backoff(attempts)
-            _log.debug("`%s`: %s; sending it again in %.2f s", url, detail(failure, self._secrets), delay)
+            _log_retry(url, detail(failure, self._secrets), delay)
             self._closed.wait(delay)  # cut short by close(), and then the loop's first line raises
         # Raised here, outside the `except`, so that the library's error (whose
         # arguments may hold what the message leaves out) is not even the context.
@@ -163,6 +165,8 @@ class ObjectStore:
             if self._closed.is_set():
                 raise RuntimeError("the data source was closed.")
             if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 self._executor = ThreadPoolExecutor(
                     self.settings.max_requests, thread_name_prefix=THREAD_NAME
                 )
@@ -230,6 +234,8 @@ def open_all(
                 close(done)  # type: ignore[misc]
             raise
         return opened
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
     with ThreadPoolExecutor(min(MAX_OPENING, len(items)), thread_name_prefix="aioloader-open") as pool:
         futures = [pool.submit(open_one, item) for item in items]
         wait(futures, return_when=FIRST_EXCEPTION)
@@ -241,6 +247,12 @@ def open_all(
             close(future.result())  # type: ignore[misc]
         next(f for f in futures if not f.cancelled() and f.exception() is not None).result()
     return [future.result() for future in futures]
+
+
+def _log_retry(url: ObjectUrl, failure: str, delay: float) -> None:
+    import logging
+
+    logging.getLogger("aioloader.storage").debug("`%s`: %s; sending it again in %.2f s", url, failure, delay)
 
 
 def statistics_of(store: ObjectStore | None) -> StorageStatistics:
