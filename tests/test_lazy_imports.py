@@ -173,7 +173,8 @@ STORAGE_MACHINERY = ["asyncio", "concurrent.futures", "subprocess", "shutil", "l
 def newly_loaded(before: str, code: str) -> set[str]:
     """Which of STORAGE_MACHINERY `code` loads that `before` (run first) has not."""
     report = f"print(' '.join(sorted(set({STORAGE_MACHINERY!r}) & set(sys.modules))))"
-    return set(last_line_after(before + "\n" + code, report).split()) - set(last_line_after(before, report).split())
+    after = set(last_line_after(before + "\n" + code, report).split())
+    return after - set(last_line_after(before, report).split())
 
 
 def test_a_source_of_local_files_loads_no_storage_machinery(tmp_path: Path, array_record_dir: Path) -> None:

@@ -191,7 +191,7 @@ def _open_regular(path: str) -> IO[bytes]:
     """`path` opened for reading, if it is a regular file. A pipe cannot seek (to resume)
     and tells no size (to check a record's length against): it is refused, opened without
     blocking so that a pipe with no writer does not hang the run."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))  # Windows
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"TFRecord file {path!r} is not a regular file (a pipe, a device or a folder?).")
