@@ -35,6 +35,7 @@ from aioloader._common.validation import require_bool
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, check_setup, require_count, state_fields
 from aioloader._sources.crc32c import crc32c_small, masked_crc32c
+from aioloader._sources.paths import require_path
 
 _HEADER = struct.Struct("<QI")  # the data's length, and its masked checksum
 
@@ -45,28 +46,15 @@ class TFRecordIterDataset(IterDataset[bytes]):
     def __init__(self, path: str | os.PathLike[str], *, verify_checksums: bool = True) -> None:
         super().__init__()
         self._verify = require_bool("verify_checksums", verify_checksums)
-        self._path = _local_path(path)
+        self._path = require_path("path", path)
+        if not self._path:
+            raise ValueError("`path` is empty; it must name a TFRecord file.")
 
     def _plan(self, settings: Settings) -> Plan:
         return TFRecordStage(self._path, self._verify)
 
     def __repr__(self) -> str:
         return f"TFRecordIterDataset({self._path!r}, verify_checksums={self._verify})"
-
-
-def _local_path(path: object) -> str:
-    """`path` as a str, or an error naming the parameter."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"`path` must be a str or os.PathLike, got {path!r:.200}.")
-    try:
-        text = os.fsdecode(path)
-    except TypeError as error:  # an `__fspath__` that returns neither str nor bytes
-        raise TypeError(f"`path` {path!r:.200} is not a usable path: {error}") from None
-    if not text:
-        raise ValueError("`path` is empty; it must name a TFRecord file.")
-    if "\x00" in text:
-        raise ValueError(f"`path` holds a NUL byte, which no file name may: {text!r}.")
-    return text
 
 
 class TFRecordStage(Stage[bytes]):
@@ -107,9 +95,10 @@ class TFRecordStage(Stage[bytes]):
     def _length(self, header: bytes) -> int:
         if len(header) != _HEADER.size:
             raise self._damaged(f"ends inside its header ({len(header)} of {_HEADER.size} bytes)")
-        if not _header_holds(header):
+        length = _header_length(header)
+        if length is None:
             raise self._damaged("has a length that does not match its checksum (not a TFRecord file?)")
-        return int(_HEADER.unpack(header)[0])
+        return length
 
     def _check_fits(self, file: IO[bytes], length: int) -> None:
         """The file's end before the record's: a truncated file, or a damaged length with a
@@ -141,8 +130,12 @@ class TFRecordStage(Stage[bytes]):
 
     def state_of(self, token: tuple[int, int | None]) -> dict[str, Any]:
         offset, number = token
-        state = {"stage": "tfrecord", "offset": offset, "record": number}
-        return {**state, "setup": os.path.basename(self._path)}
+        return {
+            "stage": "tfrecord",
+            "offset": offset,
+            "record": number,
+            "setup": os.path.basename(self._path),
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         (offset,) = state_fields(state, "tfrecord", ("offset",))
@@ -152,9 +145,10 @@ class TFRecordStage(Stage[bytes]):
         number = state.get("record")
         number = None if number is None else require_count("record", number)
         with self._lock:
-            self._check_starts_record(self._open(), offset)
+            file = self._open()
+            self._check_starts_record(file, offset)
             self._offset, self._number = offset, number
-            self._open().seek(offset)
+            file.seek(offset)
 
     def _check_starts_record(self, file: IO[bytes], offset: int) -> None:
         """A state's offset must be where a record starts (its header's checksum holds), or
@@ -169,7 +163,7 @@ class TFRecordStage(Stage[bytes]):
             return
         file.seek(offset)
         header = file.read(_HEADER.size)
-        if len(header) != _HEADER.size or not _header_holds(header):
+        if len(header) != _HEADER.size or _header_length(header) is None:
             raise ValueError(
                 f"`state` has offset={offset}, where no record of {self._path!r} starts "
                 "(a state of another file of the same name, or one changed by hand?)."
@@ -182,9 +176,10 @@ class TFRecordStage(Stage[bytes]):
                 self._file.close()
 
 
-def _header_holds(header: bytes) -> bool:
-    """Whether a record's 12-byte header holds its length's checksum."""
-    return masked_crc32c(header[:8], crc32c_small) == int(_HEADER.unpack(header)[1])
+def _header_length(header: bytes) -> int | None:
+    """The length a record's 12-byte header gives, or None if it fails its checksum."""
+    length, checksum = _HEADER.unpack(header)
+    return int(length) if masked_crc32c(header[:8], crc32c_small) == checksum else None
 
 
 def _open_regular(path: str) -> IO[bytes]:

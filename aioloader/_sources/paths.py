@@ -24,17 +24,27 @@ def require_paths(paths: Any, *, must_exist: bool = True) -> tuple[str, ...]:
     if not paths:
         raise ValueError("`paths` must name at least one file, got an empty sequence.")
     found: list[str] = []
-    for i, path in enumerate(paths):
-        if not isinstance(path, str | os.PathLike):
-            raise TypeError(f"`paths[{i}]` must be a str or os.PathLike, got {path!r}.")
-        path = os.fsdecode(path)
-        if "\x00" in path:
-            raise ValueError(f"`paths[{i}]` holds a NUL byte, which no file name may: {path!r}.")
+    for i, given in enumerate(paths):
+        path = require_path(f"paths[{i}]", given)
         check_scheme(path, f"paths[{i}]")
         if must_exist and not is_url(path) and not os.path.isfile(path):
             raise FileNotFoundError(f"`paths[{i}]` is not a file: {path!r}.")
         found.append(path)
     return tuple(found)
+
+
+def require_path(name: str, path: Any) -> str:
+    """One path as a str: a str or os.PathLike (whose `__fspath__` gives a str or bytes)
+    without a NUL byte, else an error naming `name`."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"`{name}` must be a str or os.PathLike, got {path!r:.200}.")
+    try:
+        text = os.fsdecode(path)
+    except TypeError as error:  # an `__fspath__` that returns neither str nor bytes
+        raise TypeError(f"`{name}` {path!r:.200} is not a usable path: {error}") from None
+    if "\x00" in text:
+        raise ValueError(f"`{name}` holds a NUL byte, which no file name may: {text!r}.")
+    return text
 
 
 def describe_paths(paths: Sequence[str], shown: int = 3) -> str:
