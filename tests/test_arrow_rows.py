@@ -1,7 +1,9 @@
 """`ArrowRows`, the rows of an Arrow table as the table sources give them: numbers read
 from Arrow's buffers must be exactly what pyarrow's `to_numpy()` gives (the oracle here),
 for every numeric type, with and without nulls, sliced or not; and reading them must not
-import pandas (pyarrow's `to_numpy()` does, once a process, where pandas is installed)."""
+import pandas (pyarrow's `to_numpy()` does, once a process, where pandas is installed).
+`ParquetIterDataset` gives `to_numpy()`'s values too (Grain's), made the same way for
+numbers without nulls and for text, so that such files do not import pandas either."""
 
 from __future__ import annotations
 
@@ -106,6 +108,53 @@ def test_reading_rows_does_not_import_pandas(tmp_path: Path) -> None:
         f"source = aioloader.ParquetDataSource({str(path)!r})\n"
         "rows = [source[i] for i in range(len(source))]\n"
         "assert rows[0]['id'] == 1 and rows[1]['flag'] is None and rows[2]['tokens'] == [3, None], rows\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+TEXT = [pa.string(), pa.large_string(), pa.binary(), pa.large_binary()]
+
+
+def text_values(kind: pa.DataType, count: int, nulls: bool) -> list[Any]:
+    made = ["", "a", "\u00e9t\u00e9", "x" * 40, "\x00"] * count
+    out: list[Any] = [t.encode() if kind in (pa.binary(), pa.large_binary()) else t for t in made[:count]]
+    return [None if nulls and i % 4 == 2 else v for i, v in enumerate(out)]
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_parquet_iter_dataset_rows_are_what_to_numpy_gives_per_row_group(tmp_path: Path, nulls: bool) -> None:
+    from aioloader.experimental import ParquetIterDataset
+
+    count = 37
+    columns = {str(kind): pa.array(values(kind, count, nulls), kind) for kind in NUMBERS}
+    columns |= {str(kind): pa.array(text_values(kind, count, nulls), kind) for kind in TEXT}
+    table = pa.table(columns)
+    path = tmp_path / "rows.parquet"
+    pq.write_table(table, path, row_group_size=10)  # 10, 10, 10, 7: each its own `to_numpy()`
+    rows = list(ParquetIterDataset(str(path)))
+    assert len(rows) == count
+    groups = pq.ParquetFile(path)
+    for group in range(groups.num_row_groups):
+        read = groups.read_row_group(group)
+        for name in table.column_names:
+            want = read.column(name).to_numpy()
+            for i, w in enumerate(want):
+                got = rows[10 * group + i][name]
+                assert same(got, w), f"{name} row {10 * group + i}: {got!r} != {w!r}"
+
+
+def test_parquet_iter_dataset_of_numbers_and_text_does_not_import_pandas(tmp_path: Path) -> None:
+    if importlib.util.find_spec("pandas") is None:
+        pytest.skip("pandas is not installed here: nothing could import it")
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["a", None, "c"], "raw": [b"x", b"y", None]}), path)
+    code = (
+        "import sys\n"
+        "from aioloader.experimental import ParquetIterDataset\n"
+        f"rows = list(ParquetIterDataset({str(path)!r}))\n"
+        "assert [r['id'] for r in rows] == [1, 2, 3] and rows[1]['text'] is None, rows\n"
         "print('pandas' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

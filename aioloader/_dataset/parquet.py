@@ -48,6 +48,7 @@ import numpy as np
 from aioloader._dataset.interleave import InterleaveIterDataset
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, require_count, state_fields
+from aioloader._sources.arrow import as_numpy, is_number
 from aioloader._sources.parquet import require_unique_columns, storage_failed
 from aioloader._sources.paths import describe_paths
 
@@ -221,10 +222,21 @@ def open_parquet(path: str, read_kwargs: dict[str, Any]) -> Any:
 
 
 def _numpy(pa: Any, column: Any) -> np.ndarray:
-    """A column of a row group as Grain turns it into values: pyarrow's `to_numpy()`."""
+    """A column of a row group as Grain turns it into values: pyarrow's `to_numpy()`.
+
+    Numbers without nulls and text are made here, to the same arrays: `to_numpy()`
+    imports pandas at its first call wherever pandas is installed (0.3 s before a
+    first batch), for nothing used here (aioloader._sources.arrow)."""
     if pa.types.is_dictionary(column.type):
         # Decoded first: `to_numpy()` of the dictionary would give its first value for a null.
         column = column.cast(column.type.value_type)
+    kind = column.type
+    if column.null_count == 0 and is_number(pa, kind):
+        return as_numpy(pa, column.combine_chunks())
+    if kind in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
+        text = np.empty(len(column), dtype=object)  # str or bytes, None for a null
+        text[:] = column.to_pylist()
+        return text
     values: np.ndarray = column.to_numpy()
     return values
 

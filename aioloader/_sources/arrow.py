@@ -53,20 +53,20 @@ def _column(array: Any) -> tuple[_Take, int]:
     import pyarrow as pa
 
     kind = array.type
-    if _is_number(pa, kind):
+    if is_number(pa, kind):
         return _numbers(pa, array)
     is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
-    if is_list and _is_number(pa, kind.value_type):
+    if is_list and is_number(pa, kind.value_type):
         return _lists_of_numbers(pa, array)
     # Element by element: `Array.take` costs over 100 us a call, more than a row's worth of `as_py`.
     return (lambda at: [array[j].as_py() for j in at]), 0
 
 
 def _numbers(pa: Any, array: Any) -> tuple[_Take, int]:
-    values = _as_numpy(pa, array)  # a null's slot holds anything: never shown
+    values = as_numpy(pa, array)  # a null's slot holds anything: never shown
     if array.null_count == 0:
         return (lambda at: list(values[at])), _owned(values)
-    valid = _as_numpy(pa, array.is_valid())
+    valid = as_numpy(pa, array.is_valid())
 
     def take(at: list[int]) -> list[Any]:
         return [v if ok else None for v, ok in zip(list(values[at]), valid[at].tolist(), strict=True)]
@@ -77,12 +77,12 @@ def _numbers(pa: Any, array: Any) -> tuple[_Take, int]:
 def _lists_of_numbers(pa: Any, array: Any) -> tuple[_Take, int]:
     """A numpy array per list; None for a null list; a list holding a null (which no
     array of numbers can hold) as `as_py()` gives it, a Python list with None in it."""
-    flat, bounds = _as_numpy(pa, array.values), _as_numpy(pa, array.offsets)
+    flat, bounds = as_numpy(pa, array.values), as_numpy(pa, array.offsets)
     extra = _owned(flat) + _owned(bounds)
     if array.null_count == 0 and array.values.null_count == 0:
         return (lambda at: [flat[bounds[j] : bounds[j + 1]].copy() for j in at]), extra
-    missing = np.concatenate(([0], np.cumsum(~_as_numpy(pa, array.values.is_valid()))))
-    whole = _as_numpy(pa, array.is_valid()) & (missing[bounds[1:]] == missing[bounds[:-1]])
+    missing = np.concatenate(([0], np.cumsum(~as_numpy(pa, array.values.is_valid()))))
+    whole = as_numpy(pa, array.is_valid()) & (missing[bounds[1:]] == missing[bounds[:-1]])
 
     def take(at: list[int]) -> list[Any]:
         return [flat[bounds[j] : bounds[j + 1]].copy() if whole[j] else array[j].as_py() for j in at]
@@ -90,7 +90,7 @@ def _lists_of_numbers(pa: Any, array: Any) -> tuple[_Take, int]:
     return take, extra + missing.nbytes + whole.nbytes
 
 
-def _as_numpy(pa: Any, array: Any) -> np.ndarray:
+def as_numpy(pa: Any, array: Any) -> np.ndarray:
     """A numeric or boolean Arrow array as a NumPy array, as `to_numpy()` gives it (see
     the module's docstring): a read-only view of the buffer for numbers, a copy for
     booleans (Arrow packs them in bits). A null's slot holds whatever the buffer has
@@ -111,7 +111,7 @@ def _as_numpy(pa: Any, array: Any) -> np.ndarray:
     return np.frombuffer(data, dtype, count=count, offset=start * size)
 
 
-def _is_number(pa: Any, kind: Any) -> bool:
+def is_number(pa: Any, kind: Any) -> bool:
     return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
 
 
