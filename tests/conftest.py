@@ -68,14 +68,46 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        metavar="K/N",
+        help="run the K-th of N interleaved parts of the selected tests (1 <= K <= N); "
+        "`./dev test` runs a session's parts at once, so that one part's waits overlap another's work",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k: the parts split what would run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soaks run only when asked for by name (`-m soak`)."""
-    if "soak" in (config.getoption("markexpr") or ""):
-        return
-    soaks = [item for item in items if item.get_closest_marker("soak") is not None]
-    if soaks:
-        config.hook.pytest_deselected(items=soaks)
-        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
+    """Soaks run only when asked for by name (`-m soak`); `--shard K/N` keeps every N-th test."""
+    if "soak" not in (config.getoption("markexpr") or ""):
+        deselect(config, items, [item for item in items if item.get_closest_marker("soak") is not None])
+    shard = config.getoption("shard")
+    if shard:
+        k, n = parse_shard(shard)
+        # Interleaved, not by file: the repeats of one test, and a file's slow
+        # tests, spread over the parts, which then take about as long each.
+        deselect(config, items, [item for i, item in enumerate(items) if i % n != k - 1])
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`K/N` as two ints, or a usage error that names `--shard`."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise pytest.UsageError(
+            f"--shard: expected K/N (two whole numbers, like 1/2), got {text!r}"
+        ) from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard: K/N needs 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def deselect(config: pytest.Config, items: list[pytest.Item], dropped: list[pytest.Item]) -> None:
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = {id(item) for item in dropped}
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 def pytest_report_header() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,38 @@ def test_the_free_threaded_extra_adds_orbax_from_314(python: str, with_orbax: bo
     assert {"jax", "pyarrow", "s3fs"} <= wanted
     assert ("orbax-checkpoint" in wanted) is with_orbax
     assert "array-record" not in wanted  # no free-threaded wheels: the built-in reader instead
+
+
+def collected(*args: str) -> tuple[int, list[str]]:
+    """The exit code and the test ids of `pytest --collect-only` on this file with `args`."""
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", __file__]
+    done = subprocess.run(
+        [*command, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    return done.returncode, ids if done.returncode == 0 else [done.stdout + done.stderr]
+
+
+def test_the_shards_of_a_session_split_its_tests_between_them() -> None:
+    """`./dev test` runs each build's session as `--shard 1/2` and `--shard 2/2` at once:
+    together they must run every selected test exactly once."""
+    code, everything = collected("-k", "not shards")
+    code_1, first = collected("-k", "not shards", "--shard=1/2")
+    code_2, second = collected("-k", "not shards", "--shard", "2/2")
+    assert (code, code_1, code_2) == (0, 0, 0)
+    assert first
+    assert second
+    assert sorted(first + second) == sorted(everything)
+    assert abs(len(first) - len(second)) <= 1  # interleaved, so about the same size
+
+
+@pytest.mark.parametrize("shard", ["3/2", "0/2", "1/0", "half", "1/2/3"])
+def test_a_bad_shard_is_refused_by_name(shard: str) -> None:
+    code, output = collected(f"--shard={shard}")
+    assert code == pytest.ExitCode.USAGE_ERROR
+    assert "--shard: " in output[0]
+    assert repr(shard) in output[0]
