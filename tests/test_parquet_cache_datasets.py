@@ -325,6 +325,20 @@ def test_bad_arguments_named(tmp_path: Path, two_files: list[str]) -> None:
         ParquetIterDataset(two_files[0], colums=["text"])
     with pytest.raises(FileNotFoundError, match="is not a file"):
         ParquetIterDataset(str(tmp_path))  # a folder
+    with pytest.raises(ValueError, match=r"`path\[1\]` holds a NUL byte"):
+        ParquetIterDataset([two_files[0], two_files[1].encode() + b"\0"])
+    with pytest.raises(TypeError, match=r"`path\[0\]` .* is not a usable path"):
+        ParquetIterDataset(LyingPath())  # type: ignore[arg-type]
+    # A path as bytes reads as os.fsdecode gives it.
+    as_bytes = ParquetIterDataset([p.encode() for p in two_files])
+    assert list(as_bytes) == list(ParquetIterDataset(two_files))
+
+
+class LyingPath:
+    """An os.PathLike whose `__fspath__` gives neither str nor bytes."""
+
+    def __fspath__(self) -> int:
+        return 5
 
 
 def test_repr(two_files: list[str]) -> None:

@@ -50,7 +50,7 @@ from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, require_count, state_fields
 from aioloader._sources.arrow import as_numpy, is_number
 from aioloader._sources.parquet import require_unique_columns, storage_failed
-from aioloader._sources.paths import describe_paths
+from aioloader._sources.paths import describe_paths, require_path
 
 CYCLE_LENGTH = 16  # files read at once, as Grain interleaves them
 
@@ -251,9 +251,8 @@ def _require_paths(path: Any, *, local: bool) -> list[str]:
         raise ValueError("`path` must name at least one Parquet file, got an empty sequence.")
     found: list[str] = []
     for i, each in enumerate(paths):
-        if not isinstance(each, (str, bytes, os.PathLike)):
-            raise TypeError(f"`path[{i}]` must be a str or os.PathLike, got {each!r:.200}.")
-        text = os.fsdecode(each)
+        # bytes too, as os.fsdecode reads them (pyarrow takes str paths only)
+        text = require_path(f"path[{i}]", os.fsdecode(each) if isinstance(each, bytes) else each)
         if local and "://" not in text and not os.path.isfile(text):
             raise FileNotFoundError(f"`path[{i}]` is not a file: {text!r}.")
         found.append(text)
