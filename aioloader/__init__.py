@@ -37,7 +37,7 @@ from aioloader._operations.transforms import (
     MapWithIndexTransform,
     RandomMapTransform,
 )
-from aioloader._sampling.metadata import RecordMetadata
+from aioloader._sampling.metadata import Record, RecordMetadata
 from aioloader._sampling.sampler import IndexSampler, Sampler, SequentialSampler
 from aioloader._sampling.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from aioloader._sources.protocols import (
@@ -48,6 +48,8 @@ from aioloader._sources.protocols import (
 )
 
 PyGrainDatasetIterator = DataLoaderIterator  # Grain's former name of the DataLoader's iterator
+
+__version__ = "0.1.0"  # pyproject.toml's (a test checks that they agree)
 
 # Imported above: what `DataLoader(...)` and `for batch in loader` need, and
 # nothing else. The names below load on first use, each from its module: a
@@ -173,6 +175,7 @@ __all__ = [
     "RandomMapTransform",
     "RangeDataSource",
     "ReadOptions",
+    "Record",
     "RecordMetadata",
     "SQLiteDataSource",
     "Sampler",

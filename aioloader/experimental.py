@@ -32,6 +32,7 @@ _LAZY = {
     "RebatchIterDataset": "aioloader._dataset.rebatch",
     "RepeatIterDataset": "aioloader._dataset.iter_repeat",
     "ShapeDtypeStruct": "aioloader._dataset.element_spec",
+    "ShapeDtypeStructProtocol": "aioloader._dataset.element_spec",
     "TFRecordIterDataset": "aioloader._dataset.tfrecord",
     "ThreadPrefetchIterDataset": "aioloader._dataset.thread_prefetch",
     "WindowShuffleMapDataset": "aioloader._dataset.window_shuffle",
@@ -54,7 +55,7 @@ if _typing.TYPE_CHECKING:
     from aioloader._dataset.batching import batch_and_pad
     from aioloader._dataset.cache import CacheIterDataset
     from aioloader._dataset.checkpoint_check import assert_equal_output_after_checkpoint
-    from aioloader._dataset.element_spec import ShapeDtypeStruct, get_element_spec
+    from aioloader._dataset.element_spec import ShapeDtypeStruct, ShapeDtypeStructProtocol, get_element_spec
     from aioloader._dataset.flat_mapping import FlatMapIterDataset, FlatMapMapDataset
     from aioloader._dataset.interleave import InterleaveIterDataset
     from aioloader._dataset.iter_packing import (
@@ -100,6 +101,7 @@ __all__ = [
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
+    "ShapeDtypeStructProtocol",
     "TFRecordIterDataset",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",

@@ -14,8 +14,9 @@ from aioloader._operations.transforms import FlatMapTransform as _FlatMap
 from aioloader._operations.transforms import MapTransform as Map
 from aioloader._operations.transforms import MapWithIndexTransform as MapWithIndex
 from aioloader._operations.transforms import RandomMapTransform as RandomMap
+from aioloader._operations.transforms import TfRandomMapTransform as TfRandomMap
 
-Transformation = Union[Batch, Map, RandomMap, MapWithIndex, Filter, _FlatMap]  # noqa: UP007 - a runtime alias, as Grain's
+Transformation = Union[Batch, Map, RandomMap, TfRandomMap, MapWithIndex, Filter, _FlatMap]  # noqa: UP007 - a runtime alias, as Grain's
 Transformations = Sequence[Transformation]
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "Map",
     "MapWithIndex",
     "RandomMap",
+    "TfRandomMap",
     "Transformation",
     "Transformations",
 ]

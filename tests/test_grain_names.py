@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +34,7 @@ NAMESPACES = {
         "Map",
         "MapWithIndex",
         "RandomMap",
+        "TfRandomMap",
         "Transformation",
         "Transformations",
     },
@@ -63,6 +65,7 @@ NAMESPACES = {
         "RebatchIterDataset",
         "RepeatIterDataset",
         "ShapeDtypeStruct",
+        "ShapeDtypeStructProtocol",
         "TFRecordIterDataset",
         "ThreadPrefetchIterDataset",
         "WindowShuffleIterDataset",
@@ -101,7 +104,7 @@ def test_each_namespace_holds_grains_names_as_aioloaders_objects(name: str) -> N
 
 # grain.python's names that aioloader leaves out, each for a reason the README gives: the
 # legacy Operation API (Grain's own objects are taken and run as the transforms they stand
-# for), the TensorFlow-era record constants and Record, and the shared memory of processes.
+# for), the TensorFlow-era record constants, and the shared memory of processes.
 LEFT_OUT = {
     "BatchOperation",
     "FilterOperation",
@@ -115,7 +118,6 @@ LEFT_OUT = {
     "RECORD",
     "RECORD_KEY",
     "SEED",
-    "Record",
     "SharedMemoryArray",
 }
 
@@ -450,3 +452,58 @@ def test_a_data_loader_takes_grains_own_transform_objects() -> None:
     theirs = run(grain)
     assert run(al) == theirs
     assert run(al, worker_count=2) == theirs
+
+
+class PlusDraw(al.transforms.TfRandomMap):
+    def np_random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element * 100 + int(rng.integers(100))
+
+
+class SameDraw(al.RandomMapTransform):
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return element * 100 + int(rng.integers(100))
+
+
+def draws(g: Any, transform: Any, **workers: Any) -> list[Any]:
+    loader = g.DataLoader(
+        data_source=g.sources.RangeDataSource(0, 30, 1),
+        sampler=g.samplers.IndexSampler(30, shuffle=True, seed=5, num_epochs=1),
+        operations=[transform, g.transforms.Batch(4)],
+        **workers,
+    )
+    return [b.tolist() for b in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_tf_random_map_runs_in_a_data_loader_with_the_records_generator(workers: int) -> None:
+    """Grain's `TfRandomMap` (`np_random_map`) is a random map to a DataLoader; the Dataset
+    API's `apply` refuses it with NotImplementedError, as Grain's does."""
+    assert draws(al, PlusDraw(), worker_count=workers) == draws(al, SameDraw())
+    with pytest.raises(NotImplementedError, match="not supported by `apply`"):
+        al.MapDataset.range(10).apply(PlusDraw())
+    with pytest.raises(TypeError, match=r"`operations\[0\]` .*instance"):
+        al.DataLoader(data_source=[1], sampler=al.SequentialSampler(1), operations=[PlusDraw])
+
+
+def test_grains_tf_random_map_gives_grains_batches(grain: ModuleType) -> None:
+    class GrainDraw(grain.transforms.TfRandomMap):  # type: ignore[misc]
+        def np_random_map(self, element: Any, rng: np.random.Generator) -> Any:
+            return element * 100 + int(rng.integers(100))
+
+    theirs = draws(grain, GrainDraw())
+    assert draws(al, GrainDraw()) == theirs
+    assert draws(al, PlusDraw(), worker_count=2) == theirs
+
+
+def test_record_version_and_the_spec_protocol() -> None:
+    import tomllib
+    import typing
+
+    record = al.Record(metadata=al.RecordMetadata(3, record_key=7), data={"x": 1})
+    assert (record.metadata.index, record.metadata.record_key, record.data) == (3, 7, {"x": 1})
+    assert record == al.Record(record.metadata, {"x": 1})
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert al.__version__ == pyproject["project"]["version"]
+    protocol = al.experimental.ShapeDtypeStructProtocol
+    assert typing.Protocol in protocol.__mro__
+    assert {"shape", "dtype"} <= set(dir(protocol))

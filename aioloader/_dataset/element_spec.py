@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,17 @@ from aioloader._dataset.functions import KINDS
 from aioloader._operations.transforms import is_grain
 
 Rule = Callable[[Any], Any]
+
+
+class ShapeDtypeStructProtocol(Protocol):
+    """Anything with a shape and a dtype, as the leaves of an element spec (Grain's name
+    for their type): `ShapeDtypeStruct`, `jax.ShapeDtypeStruct`, a NumPy array."""
+
+    @property
+    def shape(self) -> tuple[int | None, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

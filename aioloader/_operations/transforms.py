@@ -47,6 +47,16 @@ class RandomMapTransform(abc.ABC):
         """Return the transformed element; `rng` belongs to this record alone."""
 
 
+class TfRandomMapTransform(abc.ABC):
+    """Grain's `TfRandomMap`: a random map whose method is `np_random_map`. A `DataLoader`
+    runs it as a RandomMapTransform, with the record's own generator (as Grain's does);
+    the Dataset API does not take it (Grain's neither)."""
+
+    @abc.abstractmethod
+    def np_random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        """Return the transformed element; `rng` belongs to this record alone."""
+
+
 class MapWithIndexTransform(abc.ABC):
     """Maps one element and its index to one element: for `MapDataset.map_with_index` and
     `IterDataset.map_with_index` (as in Grain, a `DataLoader` does not take it)."""
@@ -245,6 +255,7 @@ def is_not_none(element: Any) -> bool:
 _METHODS = (
     (MapTransform, "Map", Kind.MAP, "map"),
     (RandomMapTransform, "RandomMap", Kind.RANDOM_MAP, "random_map"),
+    (TfRandomMapTransform, "TfRandomMap", Kind.RANDOM_MAP, "np_random_map"),
     (FilterTransform, "Filter", Kind.FILTER, "filter"),
     (FlatMapTransform, "FlatMap", Kind.FLAT_MAP, "flat_map"),
 )
@@ -289,6 +300,7 @@ def refuse_class(name: str, operation: Any) -> None:
     bases = (
         MapTransform,
         RandomMapTransform,
+        TfRandomMapTransform,
         MapWithIndexTransform,
         FilterTransform,
         FlatMapTransform,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Generic, TypeVar
+
 import numpy as np
+
+T = TypeVar("T")
 
 
 def record_rng(seed: int, index: int) -> np.random.Generator:
@@ -76,3 +81,12 @@ class RecordMetadata:
 
     def __hash__(self) -> int:
         return hash((self.index, self.record_key))
+
+
+@dataclasses.dataclass(slots=True)
+class Record(Generic[T]):
+    """Grain's `Record`: a record's metadata and its data, as Grain's own pipelines pass
+    them between operations (aioloader's engine passes the data alone)."""
+
+    metadata: RecordMetadata
+    data: T
