@@ -296,6 +296,69 @@ def test_an_iterator_used_under_a_second_asyncio_run_says_so(workers: int) -> No
     assert wait_for_no_threads() == []
 
 
+def many_records(workers: int, count: int = 50_000) -> DataLoader:
+    """A loader whose chunks hold many outputs each (no batch): a consumer that stops
+    part-way leaves some of a chunk loaded, for the next `anext` to take."""
+    return DataLoader(
+        data_source=RangeDataSource(0, count),
+        sampler=IndexSampler(count, num_epochs=1),
+        operations=[lambda x: x + 1],
+        worker_count=workers,
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_under_a_second_asyncio_run_not_one_loaded_output_is_taken(workers: int) -> None:
+    """The loop check came only once the loaded chunk was used up: the second loop took
+    the rest of it (5 to 160 outputs) before the RuntimeError."""
+    iterator = aiter(many_records(workers))
+
+    async def take(count: int) -> list[int]:
+        return [await anext(iterator) for _ in range(count)]
+
+    assert asyncio.run(take(1000)) == list(range(1, 1001))
+    with pytest.raises(RuntimeError, match="belongs to another event loop"):
+        asyncio.run(take(1))
+
+    async def again_here() -> list[int]:
+        iterator.set_state(iterator.get_state())
+        async with iterator:
+            return [element async for element in iterator]
+
+    assert asyncio.run(again_here()) == list(range(1001, 50_001))  # nothing lost, nothing twice
+
+
+@repeated
+def test_two_threads_each_with_its_own_loop_never_share_an_output(repeat: int) -> None:
+    """Forbidden use, refused without harm: the thread whose loop is not the iterator's
+    gets a RuntimeError before it takes anything, while the other goes on. With the GIL
+    off, both took outputs from the loaded chunk at once, one output sometimes twice."""
+    count = 50_000
+    iterator = aiter(many_records(2, count))
+    got: dict[str, list[int]] = {"owner": [], "other": []}
+    errors: dict[str, BaseException] = {}
+    both_started = threading.Barrier(2, timeout=30)
+
+    async def consume(name: str) -> None:
+        if name == "owner":
+            got[name] += [await anext(iterator) for _ in range(100)]  # the iterator's loop
+        both_started.wait()
+        try:
+            async for element in iterator:
+                got[name].append(element)
+        except RuntimeError as error:
+            errors[name] = error
+
+    threads = [threading.Thread(target=asyncio.run, args=(consume(name),)) for name in got]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert "belongs to another event loop" in str(errors["other"])
+    assert got["other"] == []
+    assert got["owner"] == list(range(1, count + 1))
+
+
 async def _async_double(element: Any) -> Any:
     await asyncio.sleep(0)
     return element * 2

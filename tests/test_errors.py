@@ -335,6 +335,85 @@ def test_an_interrupt_from_awaited_user_code_reaches_for(
     stops_at_once(iter(loader_with(operations, workers, source)), kind)
 
 
+class CancelsItsOwnTask:
+    """An async source whose `aget` cancels the task it runs in at key 9, then awaits (or,
+    as `map`, an `async def` map that does): `asyncio.current_task().cancel()`."""
+
+    def __len__(self) -> int:
+        return 40
+
+    async def aget(self, key: int) -> int:
+        await asyncio.sleep(0)
+        if key == 9:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation lands here
+        return key
+
+    async def map(self, element: int) -> int:
+        return await self.aget(element)
+
+
+@repeated
+@pytest.mark.parametrize("where", ["aget", "async map"])
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("how", ["for", "async for"])
+def test_awaited_code_that_cancels_its_own_task_ends_the_loader_with_that_error(
+    how: str, workers: int, where: str, repeat: int
+) -> None:
+    """As at `worker_count=0`, where it cancels the consumer's task: the consumer gets the
+    CancelledError, after the outputs before it. With workers the segment's task got it and
+    ended without a word: the consumer waited for good."""
+    cancels = CancelsItsOwnTask()
+    operations = [cancels.map] if where == "async map" else []
+    source = RangeDataSource(0, 40) if where == "async map" else cancels
+    loader = loader_with(operations, workers, source)
+    got: list[Any] = []
+
+    async def take_all() -> None:
+        async with aiter(loader) as iterator:
+            async for element in iterator:
+                got.append(element)
+
+    def take_all_by_for() -> None:
+        got.extend(loader)
+
+    with pytest.raises(asyncio.CancelledError):
+        (take_all_by_for if how == "for" else lambda: asyncio.run(take_all()))()
+    assert got == list(range(len(got)))
+    assert len(got) <= 9
+    assert wait_for_no_threads() == []
+
+
+class AgetReturnsACoroutine:
+    """An async source that returns, at key 5, a coroutine it forgot to await."""
+
+    def __len__(self) -> int:
+        return 40
+
+    async def aget(self, key: int) -> Any:
+        return asyncio.sleep(0, key) if key == 5 else key
+
+    async def aget_many(self, keys: list[int]) -> list[Any]:
+        return [await self.aget(key) for key in keys]
+
+
+@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_awaitable_from_aget_is_a_type_error_never_a_record(workers: int, many: bool) -> None:
+    source = AgetReturnsACoroutine()
+    if not many:
+        source.aget_many = None  # type: ignore[assignment, method-assign]
+    got, error = drain(loader_with([], workers, source))
+    method = "aget_many" if many else "aget"
+    assert type(error) is TypeError
+    assert f"AgetReturnsACoroutine.{method} returned an awaitable (coroutine), not a record" in str(error)
+    assert got == list(range(len(got)))
+    assert len(got) <= 5
+    assert wait_for_no_threads() == []
+
+
 @pytest.mark.parametrize("kind", STOPPERS, ids=lambda k: k.__name__)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.asyncio

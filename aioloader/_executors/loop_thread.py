@@ -36,8 +36,11 @@ class AsyncSegments:
             self._loop.call_soon_threadsafe(self._start, work)
 
     def _start(self, work: Work) -> None:
-        if self._closed:
-            return  # submitted before `cancel` reached the loop, or the loop shuts down
+        if self._closed or self._shutting_down():
+            # Submitted before `cancel` reached the loop, or the loop shuts down: it has
+            # asked every task it knows to stop (`_watch` too, which sets `_closed` only
+            # once it runs), and would close with a task started now still pending.
+            return
         if self._watch is None:
             self._watch = self._loop.create_task(self._watch_shutdown())
         task = self._loop.create_task(self._run(work))
@@ -52,15 +55,28 @@ class AsyncSegments:
             scheduler.advance(work)
         except Interrupt as carried:
             scheduler.fail(carried.error)  # raised again in the consumer
-        except asyncio.CancelledError:
-            # Not ours (`cancel` sets `_closed` first): the loop is shutting down
-            # with the iterator still open (asyncio.run's end); start no task
-            # that it would leave pending once closed. (One that the user's code
-            # raised itself comes as an `Interrupt`.)
+        except asyncio.CancelledError as error:
+            if not (self._closed or self._shutting_down()):
+                # The user's awaited code cancelled the task it ran in
+                # (`asyncio.current_task().cancel()`): its error, which the consumer
+                # gets as it is, as at `worker_count=0`. Raised on, it would end this
+                # task with the job neither done nor failed: the consumer would wait
+                # for good. (One that the user's code raised itself comes as an `Interrupt`.)
+                scheduler.fail(error)
+                return
+            # `cancel` (which sets `_closed` first), or the loop shutting down with the
+            # iterator still open (asyncio.run's end): start no task that it would leave
+            # pending once closed.
             self._closed = True
             raise
         except BaseException as error:
             scheduler.fail(error)
+
+    def _shutting_down(self) -> bool:
+        """Whether the loop is cancelling every task, as at the end of `asyncio.run` or of
+        `LoopThread`: `_watch`, which nothing else cancels, was asked to stop too."""
+        watch = self._watch
+        return watch is not None and (watch.done() or watch.cancelling() > 0)
 
     async def _watch_shutdown(self) -> None:
         """Wait until cancelled: a loop that ends with the iterator still open (the end of

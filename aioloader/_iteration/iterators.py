@@ -476,6 +476,9 @@ class AsyncDataLoaderIterator:
     def __init__(self, spec: LoaderSpec) -> None:
         self._cursor: _Cursor[AsyncEngine] = _Cursor(spec)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the engine runs
+        import asyncio  # the async path's own module: `import aioloader` leaves it out
+
+        self._running_loop = asyncio.get_running_loop
         self._turns = TaskTurns()
         self._unraised = Unraised()
         weakref.finalize(self, EngineHolder.close_elsewhere, self._cursor.holder)
@@ -484,12 +487,17 @@ class AsyncDataLoaderIterator:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            return next(self._cursor.current)
-        except StopIteration:
-            return await self._advance()
+        # The loaded outputs go to the tasks of the engine's loop only, one at a time: an
+        # `anext` under another loop (another thread) would race them for the same output.
+        if self._running_loop() is self._loop:
+            try:
+                return next(self._cursor.current)
+            except StopIteration:
+                pass
+        return await self._advance()
 
     async def _advance(self) -> Any:
+        self._check_loop()  # before taking an output: under another loop, none is taken
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             try:
                 return next(self._cursor.current)  # what the task before this one loaded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
@@ -128,12 +129,19 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
         except Exception:
             pass  # read one by one below, to find the record that fails
         else:
+            try:
+                if isinstance(returned, list | tuple):
+                    returned = [_not_awaitable(record, source, "aget_many") for record in returned]
+            except TypeError as error:
+                chunk.items = []
+                chunk.fail(0, error, f"reading from {type(source).__name__}")
+                return
             _take_records(source, "aget_many", chunk, returned)
             return
 
     async def one(key: int) -> Any:
         async with limit:
-            return await guarded(source.aget(key))
+            return _not_awaitable(await guarded(source.aget(key)), source, "aget")
 
     import asyncio
 
@@ -145,3 +153,16 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
         if isinstance(result, BaseException):
             chunk.fail(j, result, f"reading from {type(source).__name__}")
             break
+
+
+def _not_awaitable(record: Any, source: Any, method: str) -> Any:
+    """`record`, unless it is an awaitable (a coroutine that `aget` returned unawaited):
+    then a TypeError, never a coroutine taken for data."""
+    if not inspect.isawaitable(record):
+        return record
+    if inspect.iscoroutine(record):
+        record.close()  # never awaited: no RuntimeWarning at its collection
+    raise TypeError(
+        f"{type(source).__name__}.{method} returned an awaitable ({type(record).__name__}), not a "
+        "record: await it inside the method."
+    )
