@@ -117,7 +117,7 @@ def test_batch_after_a_flat_map_is_refused_like_grain(grain: ModuleType) -> None
     for theirs, mine in zip(after_flat_map(grain), after_flat_map(aioloader), strict=True):
         with pytest.raises(ValueError, match="can not follow `FlatMapMapDataset`"):
             theirs.batch(2)
-        with pytest.raises(ValueError, match="`batch` cannot follow `FlatMapMapDataset`"):
+        with pytest.raises(ValueError, match=r"`MapDataset\.batch` can not follow `FlatMapMapDataset`"):
             mine.batch(2)
     flat = after_flat_map(aioloader)[0]
     expected = list(after_flat_map(grain)[0].to_iter_dataset().batch(3))

@@ -496,7 +496,7 @@ def test_named_weights_must_name_the_datasets() -> None:
 
 
 def test_a_map_dataset_refuses_a_batch_after_a_filter() -> None:
-    with pytest.raises(ValueError, match="`batch` cannot follow `filter`"):
+    with pytest.raises(ValueError, match=r"`MapDataset\.batch` can not follow `MapDataset\.filter`"):
         al.MapDataset.range(6).filter(lambda x: x % 2).batch(2)
 
 

@@ -339,7 +339,7 @@ def test_batches_stack_leaves_and_never_span_epochs() -> None:
 
 
 def test_batching_after_a_filter_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"`batch` cannot follow `filter`"):
+    with pytest.raises(ValueError, match=r"`MapDataset\.batch` can not follow `MapDataset\.filter`"):
         MapDataset.range(5).filter(lambda x: x > 1).map(lambda x: x).batch(2)
 
 

@@ -80,14 +80,15 @@ def _refuse_holes(parent: MapDataset[Any]) -> None:
     while to_check:
         node = to_check.pop()
         if isinstance(node, FilterMapDataset):
+            # The first words are Grain's, which its users' tests may match.
             raise ValueError(
-                f"`batch` cannot follow `filter` ({node!r}): a filter leaves None holes. "
-                "Batch before the filter, or batch an IterDataset made from it."
+                f"`MapDataset.batch` can not follow `MapDataset.filter` ({node!r}): a filter leaves "
+                "None holes. Batch before the filter, or batch an IterDataset made from it."
             )
         if isinstance(node, FlatMapMapDataset):
             raise ValueError(
-                f"`batch` cannot follow `FlatMapMapDataset` ({node!r}): its unused slots are None "
-                "holes. Batch an IterDataset made from it (`to_iter_dataset()`)."
+                f"`MapDataset.batch` can not follow `FlatMapMapDataset` ({node!r}): its unused slots "
+                "are None holes. Batch an IterDataset made from it (`to_iter_dataset()`)."
             )
         to_check.extend(getattr(node, "_parents", ()))
 
