@@ -74,9 +74,9 @@ class AsyncSegments:
 
     def _shutting_down(self) -> bool:
         """Whether the loop is cancelling every task, as at the end of `asyncio.run` or of
-        `LoopThread`: `_watch`, which nothing else cancels, was asked to stop too."""
-        watch = self._watch
-        return watch is not None and (watch.done() or watch.cancelling() > 0)
+        `LoopThread`: `_watch`, which nothing else cancels, was asked to stop too. (Once
+        it has stopped, `_closed` says so: its `finally` set it.)"""
+        return self._watch is not None and self._watch.cancelling() > 0
 
     async def _watch_shutdown(self) -> None:
         """Wait until cancelled: a loop that ends with the iterator still open (the end of
