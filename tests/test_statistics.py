@@ -453,6 +453,43 @@ def test_figures_from_another_thread_never_go_down_while_the_consumer_waits(repe
     assert snapshots[-1].consumer_wait_share > 0.8
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_making_the_engine_is_time_the_consumer_waits(
+    monkeypatch: pytest.MonkeyPatch, workers: int, asynchronous: bool
+) -> None:
+    # Making the engine (lazy imports, starting threads) was the consumer's busy time: 1.1 s
+    # of it on a loaded machine (3.13t, CI), in a test whose consumer does nothing but wait.
+    from aioloader._iteration import iterators
+
+    def slowly(make: Any) -> Any:
+        def made(*args: Any) -> Any:
+            time.sleep(0.2)
+            return make(*args)
+
+        return made
+
+    monkeypatch.setattr(iterators, "sync_engine", slowly(iterators.sync_engine))
+    monkeypatch.setattr(iterators, "async_engine", slowly(iterators.async_engine))
+    slow_start = loader([aioloader.Batch(4)], workers)
+
+    async def drain() -> aioloader.LoaderStatistics:
+        iterator = slow_start.__aiter__()
+        assert len([batch async for batch in iterator]) == N // 4
+        return iterator.statistics()
+
+    if asynchronous:
+        statistics = asyncio.run(drain())
+    else:
+        iterator = iter(slow_start)
+        assert len(list(iterator)) == N // 4
+        statistics = iterator.statistics()
+    consumer = statistics.thread("consumer")
+    assert consumer.waiting_for_input_seconds >= 0.2
+    assert consumer.busy_seconds < 0.1
+    assert statistics.elapsed_seconds >= 0.2
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_final_figures_never_fall_below_a_snapshot_taken_as_the_engine_stopped(workers: int) -> None:
     # A snapshot from another thread read the clock just after the consumer kept its final

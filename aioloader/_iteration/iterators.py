@@ -79,18 +79,22 @@ class _Cursor(Generic[E]):
         # to the next `Outputs` (the consumer's `next()` on `current` takes no lock).
         self._view = threading.Lock()
         self.reset((0, 0, 0))
-        self.started()
-
-    def started(self) -> None:
-        """A new engine: the consumer's counters start again with it."""
-        self.meter = Meter("consumer")  # written by the consumer only
-        self.since = self.logged = time.perf_counter()
-        self.final: tuple[Observation, float] | None = None  # the figures at the end
         # The consumer's waits so far, and when the one in progress began (None: not
         # waiting): one tuple, replaced whole, so that another thread reads both at once.
         # A snapshot counts a wait in progress as waiting: the consumer's busy time never
         # goes down (it is a Prometheus counter).
         self.waits: tuple[float, float | None] = (0.0, None)
+        self.started()
+
+    def started(self, waiting: float | None = None) -> None:
+        """A new engine: the consumer's counters start again with it. Made while the
+        consumer waits (in `next()`, since `waiting`), they count from the start of that
+        wait: making the engine (lazy imports, starting threads: a second on a loaded
+        machine) is time the consumer waits for the loader, not its own."""
+        self.meter = Meter("consumer")  # written by the consumer only
+        self.since = self.logged = time.perf_counter() if waiting is None else waiting
+        self.final: tuple[Observation, float] | None = None  # the figures at the end
+        self.waits = (0.0, waiting)
         # The most elapsed and waited seconds a snapshot has reported: a snapshot taken in
         # another thread just as the engine stops reads the clock after the consumer kept
         # its final figures, and the next one must not report less (Prometheus counters).
@@ -122,9 +126,12 @@ class _Cursor(Generic[E]):
         return reported
 
     def keep_final(self, engine: SyncEngine | AsyncEngine | None) -> None:
-        """The engine stops: keep its last figures (its counters, not its data)."""
+        """The engine stops: keep its last figures (its counters, not its data), as of
+        now: `observe()` may wait for a worker holding the scheduler's lock (0.1 s on a
+        loaded machine), and that wait is not the consumer's time."""
         if engine is not None:
-            self.final = engine.observe(), time.perf_counter()
+            now = time.perf_counter()
+            self.final = engine.observe(), now
 
     def waits_from(self, started: float) -> None:
         """The consumer starts waiting for outputs (see `waits`)."""
@@ -261,7 +268,7 @@ class _Cursor(Generic[E]):
         consumer's counters started again); None once closed."""
 
         def fresh() -> E:
-            self.started()
+            self.started(None if prefetch else self.waits[1])  # `next()` waits since `waits_from`
             return make(self.spec, self.position(), prefetch)
 
         return self.holder.open(fresh)
@@ -435,13 +442,13 @@ def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
             if error is not None:
                 _close(cursor.stop())
                 raise error
+            started = time.perf_counter()
+            cursor.waits_from(started)
             engine = cursor.open_engine(sync_engine)
             if engine is None:
                 _close(cursor.stop())  # closed, perhaps from another thread
                 return
             engine.release(cursor.finish_outputs())
-            started = time.perf_counter()
-            cursor.waits_from(started)
             try:
                 found = engine.next()
             except BaseException:
@@ -511,13 +518,13 @@ class AsyncDataLoaderIterator:
             if error is not None:
                 await self._unraised.after(self.aclose(), error)
             self._check_loop()
+            started, restarts = time.perf_counter(), cursor.restarts
+            cursor.waits_from(started)
             engine = cursor.open_engine(self._make_engine)
             if engine is None:
                 await self.aclose()
                 raise StopAsyncIteration
             engine.release(cursor.finish_outputs())
-            started, restarts = time.perf_counter(), cursor.restarts
-            cursor.waits_from(started)
             try:
                 found = await engine.anext()
             except BaseException as stopped:
