@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import gc
 import traceback
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -387,25 +390,33 @@ def test_awaited_code_that_cancels_its_own_task_ends_the_loader_with_that_error(
 
 
 class AgetReturnsACoroutine:
-    """An async source that returns, at key 5, a coroutine it forgot to await."""
+    """An async source that returns, at keys 5 and 6, coroutines it forgot to await;
+    `aget_many` returns its records in `container`."""
+
+    def __init__(self, container: Callable[[list[Any]], Any] = list) -> None:
+        self.container = container
 
     def __len__(self) -> int:
         return 40
 
     async def aget(self, key: int) -> Any:
-        return asyncio.sleep(0, key) if key == 5 else key
+        return asyncio.sleep(0, key) if key in (5, 6) else key
 
-    async def aget_many(self, keys: list[int]) -> list[Any]:
-        return [await self.aget(key) for key in keys]
+    async def aget_many(self, keys: list[int]) -> Any:
+        return self.container([await self.aget(key) for key in keys])
 
 
-@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("many", [None, list, collections.deque])
 @pytest.mark.parametrize("workers", [0, 2])
-def test_an_awaitable_from_aget_is_a_type_error_never_a_record(workers: int, many: bool) -> None:
-    source = AgetReturnsACoroutine()
-    if not many:
+def test_an_awaitable_from_aget_is_a_type_error_never_a_record(workers: int, many: Any) -> None:
+    source = AgetReturnsACoroutine(many or list)
+    if many is None:
         source.aget_many = None  # type: ignore[assignment, method-assign]
-    got, error = drain(loader_with([], workers, source))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        got, error = drain(loader_with([], workers, source))
+        gc.collect()
+    assert [str(w.message) for w in warned if "never awaited" in str(w.message)] == []
     method = "aget_many" if many else "aget"
     assert type(error) is TypeError
     assert f"AgetReturnsACoroutine.{method} returned an awaitable (coroutine), not a record" in str(error)

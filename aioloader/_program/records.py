@@ -104,14 +104,18 @@ def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any) -
         chunk.fail(0, error, what)
         return
     found = list(returned)
-    if len(found) == len(chunk.keys):
-        chunk.items = found
+    if len(found) != len(chunk.keys):
+        error = ValueError(
+            f"{name} returned {len(found)} records for {len(chunk.keys)} keys; it must return one "
+            "record per key, in the keys' order."
+        )
+        chunk.fail(0, error, what)
         return
-    error = ValueError(
-        f"{name} returned {len(found)} records for {len(chunk.keys)} keys; it must return one "
-        "record per key, in the keys' order."
-    )
-    chunk.fail(0, error, what)
+    unawaited = _unawaited(found, source, method) if method == "aget_many" else None
+    if unawaited is not None:
+        chunk.fail(0, unawaited, what)
+        return
+    chunk.items = found
 
 
 async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> None:
@@ -129,19 +133,16 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
         except Exception:
             pass  # read one by one below, to find the record that fails
         else:
-            try:
-                if isinstance(returned, list | tuple):
-                    returned = [_not_awaitable(record, source, "aget_many") for record in returned]
-            except TypeError as error:
-                chunk.items = []
-                chunk.fail(0, error, f"reading from {type(source).__name__}")
-                return
             _take_records(source, "aget_many", chunk, returned)
             return
 
     async def one(key: int) -> Any:
         async with limit:
-            return _not_awaitable(await guarded(source.aget(key)), source, "aget")
+            record = await guarded(source.aget(key))
+        unawaited = _unawaited([record], source, "aget")
+        if unawaited is not None:
+            raise unawaited
+        return record
 
     import asyncio
 
@@ -155,14 +156,17 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
             break
 
 
-def _not_awaitable(record: Any, source: Any, method: str) -> Any:
-    """`record`, unless it is an awaitable (a coroutine that `aget` returned unawaited):
-    then a TypeError, never a coroutine taken for data."""
-    if not inspect.isawaitable(record):
-        return record
-    if inspect.iscoroutine(record):
-        record.close()  # never awaited: no RuntimeWarning at its collection
-    raise TypeError(
-        f"{type(source).__name__}.{method} returned an awaitable ({type(record).__name__}), not a "
-        "record: await it inside the method."
+def _unawaited(records: list[Any], source: Any, method: str) -> TypeError | None:
+    """A TypeError if one of `records` is an awaitable (a coroutine that `method` returned
+    unawaited): never a coroutine taken for data. Each such coroutine is closed, so that
+    its collection warns of nothing."""
+    awaitables = [record for record in records if inspect.isawaitable(record)]
+    for record in awaitables:
+        if inspect.iscoroutine(record):
+            record.close()
+    if not awaitables:
+        return None
+    return TypeError(
+        f"{type(source).__name__}.{method} returned an awaitable ({type(awaitables[0]).__name__}), "
+        "not a record: await it inside the method."
     )
