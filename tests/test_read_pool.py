@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from aioloader import DataLoader, IndexSampler, ReadOptions
+from aioloader import DataLoader, IndexSampler, MapDataset, MultiprocessingOptions, ReadOptions
 from aioloader._program import read_pool
 from tests.conftest import aioloader_threads, repeated
 from tests.support.outputs import drain, notes
@@ -85,6 +85,34 @@ def test_slow_reads_go_to_num_threads_threads_in_order(
     keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
     assert list(loader(source, workers, threads)) == [key * 2 for key in keys]
     assert workers < source.most_in_flight <= threads
+
+
+class VerySlowSource(SlowSource):
+    """Reads of 20 ms, twice the wall time a chunk is meant to take (an object store)."""
+
+    def __getitem__(self, key: int) -> int:
+        time.sleep(0.019)
+        self.clock.advance(0.019)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("dataset", [False, True])
+def test_reads_slower_than_a_chunk_still_go_num_threads_at_once(dataset: bool, clock: VirtualClock) -> None:
+    # Chunks were cut to 10 ms of wall time, so one 20 ms read a chunk: the pool read one
+    # record at a time for each worker (as slow as no pool at all, 13x slower than Grain).
+    source = VerySlowSource(64, clock)
+    keys = list(range(64))
+    if dataset:
+        # `MapDataset._getitems` loops over `ds[i]`: its reads go to the pool one by one.
+        pipeline = MapDataset.source(source).map(lambda x: x + 1).to_iter_dataset(ReadOptions(num_threads=8))
+        got = list(pipeline.mp_prefetch(MultiprocessingOptions(num_workers=1)))
+        assert got == [key * 2 + 1 for key in keys]
+    else:
+        sampler = IndexSampler(64, num_epochs=1)
+        options = ReadOptions(num_threads=8)
+        got = list(DataLoader(data_source=source, sampler=sampler, worker_count=1, read_options=options))
+        assert got == [key * 2 for key in keys]
+    assert source.most_in_flight >= 4  # 8 unless the machine is very busy; 1 before
 
 
 def test_worker_count_0_reads_even_a_slow_source_in_the_callers_thread(clock: VirtualClock) -> None:

@@ -212,6 +212,10 @@ class MapDatasetSource:
 
     def __init__(self, dataset: MapDataset[Any]) -> None:
         self._dataset, self._length = dataset, len(dataset)
+        # With no source of batched reads below, `__getitems__` is a loop over `ds[i]`: the
+        # engine's read pool then reads the slow ones concurrently, as Grain's
+        # `to_iter_dataset` reads with `read_options.num_threads` threads.
+        self.loops_over_keys = not _reads_in_batches(dataset)
 
     def __len__(self) -> int:
         return self._length
@@ -246,6 +250,19 @@ class NoIndices:
 
     def __repr__(self) -> str:
         return "NoIndices()"
+
+
+def _reads_in_batches(dataset: MapDataset[Any]) -> bool:
+    """True when a source below `dataset` reads with `__getitems__`."""
+    from aioloader._dataset.sources import SourceMapDataset
+
+    nodes = [dataset]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, SourceMapDataset) and hasattr(node.data_source, "__getitems__"):
+            return True
+        nodes += node.parents
+    return False
 
 
 def may_hold_holes(dataset: MapDataset[Any]) -> bool:

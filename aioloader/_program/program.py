@@ -125,6 +125,9 @@ class Program:
         self._split: list[tuple[StepCall, int, float]] = []  # see `_count`
         self._maps: FusedMaps | None = None  # see `_fused_maps`
         self._batched_reads = hasattr(source, "__getitems__")
+        # A source whose `__getitems__` only loops over the keys (a MapDataset of a source
+        # without one) still has its slow reads go to the read pool, one key at a time.
+        self._pooled_reads = not self._batched_reads or getattr(source, "loops_over_keys", False)
         self._limit: asyncio.Semaphore | None = None
         # Counters: this copy's (the inline driver's, or the loop's for awaited
         # steps), and each worker copy's own (see `for_worker`).
@@ -247,7 +250,7 @@ class Program:
         if early is not None and early.take(chunk):
             return chunk
         pool = self.read_pool  # see `_read_pool`
-        if pool is None or hasattr(self.source, "__getitems__"):
+        if pool is None or not self._pooled_reads:
             read(self.source, chunk, self.shutdown)
         elif pool.engaged:
             read(self.source, chunk, self.shutdown, pool.map)

@@ -59,8 +59,9 @@ Mapper = Callable[[Callable[[Any], Any], Sequence[int]], Iterable[Any]]
 def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Mapper | None = None) -> None:
     """Read the chunk's records from a random-access source, in order.
 
-    `__getitems__` reads the whole chunk in one call when the source has it;
-    if that raises, the keys are read one by one to find the failing record.
+    `__getitems__` reads the whole chunk in one call when the source has it
+    and no `mapper` is given; if that raises, the keys are read one by one to
+    find the failing record.
     It must return one record per key: any other count is a ValueError on the
     chunk's first record, since records would be lost or moved onto other
     keys. One by one, `mapper` (a read pool's concurrent map, given a
@@ -68,7 +69,7 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
     in order; both keep what they appended before a read raised: the list's
     length is the failing key's.
     """
-    getitems = getattr(source, "__getitems__", None)
+    getitems = getattr(source, "__getitems__", None) if mapper is None else None
     if getitems is not None:
         try:
             returned = getitems(chunk.keys)

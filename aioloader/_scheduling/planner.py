@@ -63,20 +63,28 @@ class ChunkPlanner:
         self.limit(max_records)
         self._first = first_records
         self._seconds_per_record: float | None = None
-        self._wall_per_record: float | None = None
+        self._wall_per_round: float | None = None  # wall time of one record, or of `at_once` together
+        self._at_once = 1
         self._bytes_per_record: float | None = None
 
     def limit(self, max_records: int) -> None:
         """Cap later chunks at `max_records` (rounded down to whole multiples, at least one)."""
         self._max = max(self._multiple, max_records // self._multiple * self._multiple)
 
-    def observe(self, records: int, seconds: float, wall: float = 0.0, nbytes: int = 0) -> None:
+    def observe(
+        self, records: int, seconds: float, wall: float = 0.0, nbytes: int = 0, at_once: int = 1
+    ) -> None:
         """Record that a chunk of `records` took `seconds` of CPU time and `wall` seconds, and
-        made outputs of about `nbytes` (0: not known, see `output_bytes`)."""
+        made outputs of about `nbytes` (0: not known, see `output_bytes`); its reads waited
+        `at_once` at a time (the read pool's threads, when it read them)."""
         if records <= 0:
             return
         self._seconds_per_record = _smoothed(self._seconds_per_record, seconds / records)
-        self._wall_per_record = _smoothed(self._wall_per_record, wall / records)
+        # `at_once` records wait together: a chunk of them takes about `ceil(records / at_once)`
+        # rounds of one record's wait.
+        self._at_once = max(1, at_once)
+        rounds = -(-records // self._at_once)
+        self._wall_per_round = _smoothed(self._wall_per_round, wall / rounds)
         if nbytes > 0:
             self._bytes_per_record = _smoothed(self._bytes_per_record, nbytes / records)
 
@@ -91,9 +99,12 @@ class ChunkPlanner:
             wanted = self._first
         else:
             # A chunk of records that wait (a map that calls a server) would hold hundreds of
-            # records on one worker for a second: its wall time is bounded too.
+            # records on one worker for a second: its wall time is bounded too, but never below
+            # one round of reads (records read 16 at once by the read pool, in chunks of one,
+            # waited one at a time: 10 ms reads ran no faster than with no pool).
             wanted = int(TARGET_SECONDS / max(self._seconds_per_record, 1e-9))
-            wanted = min(wanted, int(WALL_SECONDS / max(self._wall_per_record or 0.0, 1e-9)))
+            rounds = max(1, int(WALL_SECONDS / max(self._wall_per_round or 0.0, 1e-9)))
+            wanted = min(wanted, rounds * self._at_once)
             if self._bytes_per_record is not None:
                 wanted = min(wanted, int(CHUNK_BYTES / self._bytes_per_record))
         # Whole multiples that fit the target, at least one: rounding up would double a chunk

@@ -9,7 +9,14 @@ from aioloader._operations.transforms import compile_operations
 from aioloader._program.jobs import ChunkJob
 from aioloader._program.program import Program
 from aioloader._sampling.walk import Walk
-from aioloader._scheduling.planner import CHUNK_BYTES, TARGET_SECONDS, ChunkPlanner, output_bytes, plan_chunks
+from aioloader._scheduling.planner import (
+    CHUNK_BYTES,
+    TARGET_SECONDS,
+    WALL_SECONDS,
+    ChunkPlanner,
+    output_bytes,
+    plan_chunks,
+)
 
 
 def jobs(planner: ChunkPlanner) -> list[ChunkJob]:
@@ -38,6 +45,21 @@ def test_slow_records_make_chunks_of_one_record() -> None:
     planner = ChunkPlanner((0, 0, 0), 100, 1, 50)
     planner.observe(2, 1.0)
     assert planner.next_size() == 1
+
+
+def test_records_that_wait_are_bounded_in_wall_time_but_never_below_one_round_of_reads() -> None:
+    one_by_one = ChunkPlanner((0, 0, 0), 1000, 1, 500)
+    one_by_one.observe(1, 0.0, WALL_SECONDS / 5)  # a read waits a fifth of the bound
+    assert one_by_one.next_size() == 5
+    one_by_one.observe(1, 0.0, 2 * WALL_SECONDS)  # ... or more than all of it: one alone
+    assert one_by_one.next_size() == 1
+    # Read 16 at once by the read pool: a chunk of 16 waits as long as one record.
+    pooled = ChunkPlanner((0, 0, 0), 1000, 1, 500)
+    pooled.observe(1, 0.0, 2 * WALL_SECONDS, at_once=16)
+    assert pooled.next_size() == 16
+    fast = ChunkPlanner((0, 0, 0), 1000, 1, 500)
+    fast.observe(32, 0.0, WALL_SECONDS / 5, at_once=16)  # two rounds of a tenth of the bound
+    assert fast.next_size() == 160
 
 
 def test_chunks_are_bounded_in_bytes_by_what_their_outputs_held() -> None:
