@@ -125,11 +125,8 @@ def test_batch_arguments(kwargs: dict[str, Any], error: type[Exception], message
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_threads": -1}, r"`num_threads` must be greater than or equal to 0, got -1\."),
-        (
-            {"prefetch_buffer_size": -1},
-            r"`prefetch_buffer_size` must be greater than or equal to 0, got -1\.",
-        ),
+        ({"num_threads": -1}, r"ReadOptions: num_threads must be non-negative, got -1\."),
+        ({"prefetch_buffer_size": -1}, r"ReadOptions: prefetch_buffer_size must be non-negative, got -1\."),
     ],
     ids=["negative-threads", "negative-buffer"],
 )

@@ -195,12 +195,14 @@ def legacy_operations(gp: Any, batch_fn: Any = None) -> list[Any]:
     ]
 
 
+@pytest.mark.parametrize("ours", [False, True], ids=["grains-objects", "aioloaders-names"])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("batch_fn", [None, list], ids=["default-stacking", "batch_fn"])
-def test_grains_deprecated_operations_give_grains_batches(workers: int, batch_fn: Any) -> None:
-    """`MapOperation`, `FilterOperation`, `RandomMapOperation` and `BatchOperation` run as
-    the transforms of the same meaning (Grain's per-worker stream at `worker_count=0` is
-    the stream), with a DeprecationWarning that names the successor at the user's line."""
+def test_grains_deprecated_operations_give_grains_batches(workers: int, batch_fn: Any, ours: bool) -> None:
+    """`MapOperation`, `FilterOperation`, `RandomMapOperation` and `BatchOperation` (Grain's
+    objects, or aioloader's of those names: only the import changes) run as the
+    transforms of the same meaning (Grain's per-worker stream at `worker_count=0` is the
+    stream), with a DeprecationWarning that names the successor at the user's line."""
     gp = grain_python()
     wanted = list(
         gp.DataLoader(
@@ -213,7 +215,7 @@ def test_grains_deprecated_operations_give_grains_batches(workers: int, batch_fn
         loader = al.DataLoader(
             data_source=al.RangeDataSource(0, 20, 1),
             sampler=al.IndexSampler(20, al.NoSharding(), shuffle=True, num_epochs=2, seed=4),
-            operations=legacy_operations(gp, batch_fn),
+            operations=legacy_operations(al if ours else gp, batch_fn),
             worker_count=workers,
         )
     assert {str(w.message).split(" is ")[0] for w in warned} == {

@@ -102,24 +102,9 @@ def test_each_namespace_holds_grains_names_as_aioloaders_objects(name: str) -> N
             assert value is top, public
 
 
-# grain.python's names that aioloader leaves out, each for a reason the README gives: the
-# legacy Operation API (Grain's own objects are taken and run as the transforms they stand
-# for), the TensorFlow-era record constants, and the shared memory of processes.
-LEFT_OUT = {
-    "BatchOperation",
-    "FilterOperation",
-    "MapOperation",
-    "Operation",
-    "RandomMapOperation",
-    "DATASET_INDEX",
-    "EPOCH",
-    "INDEX",
-    "META_FEATURES",
-    "RECORD",
-    "RECORD_KEY",
-    "SEED",
-    "SharedMemoryArray",
-}
+# grain.python's names that aioloader leaves out, for a reason the README gives: the shared
+# memory of processes.
+LEFT_OUT = {"SharedMemoryArray"}
 
 
 def test_every_other_name_of_grain_python_is_here(grain: ModuleType) -> None:

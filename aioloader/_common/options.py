@@ -32,8 +32,10 @@ class ReadOptions:
     prefetch_buffer_size: int = 500
 
     def __post_init__(self) -> None:
-        int_field(self, "num_threads", minimum=0)
-        int_field(self, "prefetch_buffer_size", minimum=0)
+        for name in ("num_threads", "prefetch_buffer_size"):
+            int_field(self, name)
+            if getattr(self, name) < 0:  # Grain's words, which its users' tests match
+                raise ValueError(f"ReadOptions: {name} must be non-negative, got {getattr(self, name)}.")
         if 0 < self.prefetch_buffer_size < self.num_threads:
             # Grain's words, so that a port's logs read the same. Imported here:
             # `import aioloader` leaves logging out (several ms on 3.13t).

@@ -268,7 +268,12 @@ _LEGACY = (
     ("RandomMapOperation", Kind.RANDOM_MAP, "random_map_function", "RandomMapTransform"),
     ("FilterOperation", Kind.FILTER, "condition_function", "FilterTransform"),
 )
-_LEGACY_MODULE = "grain._src.python.operations"
+_LEGACY_MODULES = ("grain._src.python.operations", "aioloader._operations.legacy")  # Grain's, ours
+
+
+def _is_legacy(operation: Any, name: str) -> bool:
+    """True for Grain's deprecated operation `name`, or aioloader's of that name."""
+    return any(is_grain(operation, name, module) for module in _LEGACY_MODULES)
 
 
 def is_grain(transform: Any, name: str, module: str = _GRAIN_MODULE) -> bool:
@@ -320,7 +325,7 @@ def own_batch(operation: Any) -> Batch | None:
         return operation
     if is_grain(operation, "Batch"):
         return Batch(operation.batch_size, operation.drop_remainder, operation.batch_fn)
-    if is_grain(operation, "BatchOperation", _LEGACY_MODULE):
+    if _is_legacy(operation, "BatchOperation"):
         _deprecated("BatchOperation", "Batch")
         # Its default `batch_fn` is its own stacking, bound to it: stack as Batch does.
         batch_fn = getattr(operation, "batch_fn", None)
@@ -377,7 +382,7 @@ def _compile_one(position: int, operation: Any) -> Op:
             f"use `MapDataset.map_with_index` or `IterDataset.map_with_index`, got {operation!r}."
         )
     for legacy, kind, field, current in _LEGACY:
-        if is_grain(operation, legacy, _LEGACY_MODULE):
+        if _is_legacy(operation, legacy):
             _deprecated(legacy, current)
             return Op(kind, operation, field, name, f"{legacy}.{field}")
     for base, grain_name, kind, method in _METHODS:

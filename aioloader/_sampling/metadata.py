@@ -10,6 +10,18 @@ import numpy as np
 T = TypeVar("T")
 
 
+# Grain's names of the meta features its TensorFlow-era pipelines add to each element
+# (`grain.python.RECORD_KEY`, ...): kept so that code naming them still imports; no
+# pipeline here adds them.
+INDEX = "_index"  # position in the stream of all records, from 0
+RECORD_KEY = "_record_key"  # the record's key in its source, from 0
+DATASET_INDEX = "_dataset_index"  # which dataset of a mixture
+EPOCH = "_epoch"  # the epoch, from 1
+SEED = "_seed"  # the record's seed
+RECORD = "_record"  # the serialized record
+META_FEATURES = frozenset([INDEX, RECORD_KEY, DATASET_INDEX, EPOCH, SEED, RECORD])
+
+
 def record_rng(seed: int, index: int) -> np.random.Generator:
     """The generator for the record at global `index`: Philox keyed on `seed + index`.
 
@@ -67,6 +79,14 @@ class RecordMetadata:
         if self._rng is None and self._seed is not None:
             self._rng = record_rng(self._seed, self.index)
         return self._rng
+
+    def remove_record_key(self) -> RecordMetadata:
+        """This metadata without its record key (itself when it has none), as Grain's."""
+        if self.record_key is None:
+            return self
+        copy = RecordMetadata(self.index, None, self._rng)
+        copy._seed = self._seed
+        return copy
 
     def __repr__(self) -> str:
         return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={self.rng!r})"
