@@ -492,3 +492,7 @@ def test_record_version_and_the_spec_protocol() -> None:
     protocol = al.experimental.ShapeDtypeStructProtocol
     assert typing.Protocol in protocol.__mro__
     assert {"shape", "dtype"} <= set(dir(protocol))
+    # Runtime-checkable, as Grain's: `isinstance` tells specs' leaves from other values.
+    assert isinstance(np.zeros((2, 3), np.float32), protocol)
+    assert isinstance(al.experimental.ShapeDtypeStruct((2,), np.int32), protocol)
+    assert not isinstance(3, protocol)

@@ -590,5 +590,7 @@ def test_a_filter_that_drops_nearly_everything_is_warned_about_as_in_grain(
     warnings = [r.getMessage() for r in caplog.records if r.name == "aioloader"]
     assert len(warnings) == 1, warnings  # once a minute per filter; none for the half kept
     assert re.match(
-        r"IterDataset\.filter \(.*<lambda>\) dropped 99\.\d+% of the last \d+ elements", warnings[0]
+        r"Transformation FilterDatasetIterator\(transform=.*<lambda>\) skipped 99\.\d+ % of the last "
+        r"seen \d+ elements\. Please check the filtering logic\.",
+        warnings[0],
     )

@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from aioloader._operations.transforms import is_grain
 Rule = Callable[[Any], Any]
 
 
+@runtime_checkable
 class ShapeDtypeStructProtocol(Protocol):
     """Anything with a shape and a dtype, as the leaves of an element spec (Grain's name
     for their type): `ShapeDtypeStruct`, `jax.ShapeDtypeStruct`, a NumPy array."""

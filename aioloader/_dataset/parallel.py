@@ -117,7 +117,7 @@ class EnginePart(Part):
         return DataLoader(
             data_source=source,
             sampler=sampler,
-            operations=self._marking() if self.checked else list(self.operations),
+            operations=self._marking() if self.checked else self._labelled(),
             worker_count=self.settings.worker_count,
             executor=self.settings.executor,
             read_options=self.read_options,
@@ -133,6 +133,15 @@ class EnginePart(Part):
         assert device_put is None, "a checked part is compiled to a stage first (see `iterator`)"
         labels = [self._label(op) for op in self._dropping().values()]
         return CheckedPartStage(EngineStage(self.loader()), labels, self.settings.options)
+
+    def _labelled(self) -> list[Prepared | Batch]:
+        """The operations, each filter with Grain's name for its warning (`FilterWindows`)."""
+        return [
+            op._replace(grain_label=self._label(op))
+            if isinstance(op, Prepared) and op.kind is Kind.FILTER
+            else op
+            for op in self.operations
+        ]
 
     def _marking(self) -> list[Prepared | Batch]:
         """The operations with each dropping filter a `Mark` (numbered in order) and each map

@@ -44,10 +44,10 @@ class FilterWindows:
         window[2] = now
         import logging  # here: `import aioloader` leaves logging out (several ms on 3.13t)
 
-        logging.getLogger("aioloader").warning(
-            "%s dropped %.2f%% of the last %d elements it saw. Please check the filtering logic; if it "
-            "is meant, consider filtering the dataset once before training (statistics() counts what "
-            "each operation dropped).",
+        logging.getLogger("aioloader").warning(  # Grain's words, which its users' tests match
+            "Transformation %s skipped %.2f %% of the last seen %d elements. Please check the "
+            "filtering logic. If this is intended, consider pre-filtering the input dataset before "
+            "training (statistics() counts what each operation dropped).",
             label,
             100 * dropped / seen,
             seen,

@@ -167,7 +167,7 @@ def _filter(op: Op, run: Run, shutdown: Shutdown, filters: FilterWindows | None 
         error = caught
     dropped = flags.count(False)
     if filters is not None:
-        filters.note(op, op.label, len(flags), dropped)
+        filters.note(op, op.grain_label or op.label, len(flags), dropped)
     if error is None and not dropped:
         return
     origins = run.origin_list()

@@ -144,6 +144,7 @@ class Op(NamedTuple):
     name: str
     what: str
     rng: Callable[[int], Any] | None = None
+    grain_label: str | None = None  # how Grain's warnings name it (the Dataset API's filters)
 
     @property
     def label(self) -> str:
@@ -244,6 +245,7 @@ class Prepared(NamedTuple):
     name: str
     what: str
     rng: Callable[[int], Any] | None = None
+    grain_label: str | None = None  # see `Op`
 
 
 def is_not_none(element: Any) -> bool:
@@ -374,7 +376,9 @@ def _compile_one(position: int, operation: Any) -> Op:
         kind = operation.kind
         if kind is Kind.MAP and inspect.iscoroutinefunction(operation.function):
             kind = Kind.ASYNC_MAP
-        return Op(kind, operation.function, "", operation.name, operation.what, operation.rng)
+        return Op(
+            kind, operation.function, "", operation.name, operation.what, operation.rng, operation.grain_label
+        )
     refuse_class(name, operation)
     if isinstance(operation, MapWithIndexTransform) or is_grain(operation, "MapWithIndex"):
         raise TypeError(
