@@ -5,6 +5,7 @@ What the iterators need of it is a frozen `LoaderSpec`, built here once.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Sequence
@@ -131,6 +132,14 @@ class DataLoader:
         self._default_read_options = read_options is None  # "auto" tunes the read threads then
         self.read_options = read_options or ReadOptions()
         self._spec = self._make_spec()
+
+    def reading_on_threads_inline(self) -> DataLoader:
+        """This loader, but reading a slow source on `read_options.num_threads` threads at
+        `worker_count=0` too (not the debug mode's caller's thread): the Dataset API's
+        `to_iter_dataset()`, which Grain reads on threads. Internal."""
+        copied = copy.copy(self)
+        copied._spec = self._spec._replace(inline_read_threads=True)
+        return copied
 
     def _make_spec(self) -> LoaderSpec:
         return LoaderSpec(

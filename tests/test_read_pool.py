@@ -9,7 +9,7 @@ import pytest
 
 from aioloader import DataLoader, IndexSampler, MapDataset, MultiprocessingOptions, ReadOptions
 from aioloader._program import read_pool
-from tests.conftest import aioloader_threads, repeated
+from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
 from tests.support.outputs import drain, notes
 from tests.support.thread_starts import note_thread_starts
 
@@ -113,6 +113,53 @@ def test_reads_slower_than_a_chunk_still_go_num_threads_at_once(dataset: bool, c
         got = list(DataLoader(data_source=source, sampler=sampler, worker_count=1, read_options=options))
         assert got == [key * 2 for key in keys]
     assert source.most_in_flight >= 4  # 8 unless the machine is very busy; 1 before
+
+
+class Threads(VerySlowSource):
+    """Notes the threads that read."""
+
+    def __init__(self, size: int, clock: VirtualClock) -> None:
+        super().__init__(size, clock)
+        self.readers: set[str] = set()
+
+    def __getitem__(self, key: int) -> int:
+        self.readers.add(threading.current_thread().name)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize(
+    "options", [ReadOptions(num_threads=8), ReadOptions(num_threads=0), ReadOptions(prefetch_buffer_size=0)]
+)
+def test_to_iter_dataset_reads_a_slow_source_on_num_threads_threads_as_grain_does(
+    options: ReadOptions, clock: VirtualClock
+) -> None:
+    # Grain's `to_iter_dataset(read_options)` reads on threads; here the part ran in the
+    # caller's thread (the DataLoader's debug mode), one 50 ms read after another: 12x slower.
+    source = Threads(48, clock)
+    mapped_in: set[str] = set()
+
+    def tag(x: int) -> int:
+        mapped_in.add(threading.current_thread().name)
+        return x + 1
+
+    iterator = iter(MapDataset.source(source).to_iter_dataset(options).map(tag))
+    assert list(iterator) == [key * 2 + 1 for key in range(48)]
+    assert mapped_in == {threading.current_thread().name}  # after the part: the caller's thread
+    if options.reads_ahead:
+        assert source.most_in_flight >= 4  # 8 unless the machine is very busy
+        assert any(name.startswith("aioloader-read") for name in source.readers)
+    else:  # Grain's "no read threads" / "no read-ahead": the caller reads, one at a time
+        assert source.most_in_flight == 1
+        assert source.readers == {threading.current_thread().name}
+    assert wait_for_no_threads() == []
+
+
+def test_to_iter_dataset_left_early_joins_its_read_threads(clock: VirtualClock) -> None:
+    source = VerySlowSource(64, clock)
+    with iter(MapDataset.source(source).to_iter_dataset(ReadOptions(num_threads=8))) as iterator:
+        assert [next(iterator) for _ in range(20)] == [key * 2 for key in range(20)]
+        assert [s.read_threads for s in iterator.statistics()] == [8]
+    assert wait_for_no_threads() == []
 
 
 def test_worker_count_0_reads_even_a_slow_source_in_the_callers_thread(clock: VirtualClock) -> None:

@@ -50,7 +50,7 @@ def inline_steps(
     planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
     while (job := planner.next_job()) is not None:
         result, seconds, wall = yield from _run_stage(program, Stage.RECORDS, job)
-        planner.observe(job.count, seconds, wall, output_bytes(result))
+        planner.observe(job.count, seconds, wall, output_bytes(result), program.reads_at_once())
         ready: list[Outputs] = []
         if tail is None:
             ready.append(result)

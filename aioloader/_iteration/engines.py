@@ -33,6 +33,7 @@ from aioloader._scheduling.planner import plan_chunks
 if TYPE_CHECKING:
     from aioloader._observability.statistics import Observation  # imported when figures are asked for
     from aioloader._program.early import EarlyRead
+    from aioloader._program.read_pool import ReadPool
 
 
 class SyncEngine(Protocol):
@@ -102,11 +103,15 @@ class InlineEngine:
     call of user code, and that `next()` answers the end. The generator is
     only ever closed by a thread that is not running it. With `prefetch`
     (`start_prefetch()`), the first chunk's records are read on other threads
-    until the first `next()` asks for them (see `EarlyRead`).
+    until the first `next()` asks for them (see `EarlyRead`). With the spec's
+    `inline_read_threads` (the Dataset API), a slow source's reads of a chunk
+    go to a read pool, `read_options.num_threads` at once, as the workers'
+    reads do (see `read_pool`); the rest of the chunk stays in this thread.
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
-        self._program = program = spec.program(None)
+        self._pool = _inline_read_pool(spec)
+        self._program = program = spec.program(self._pool)
         self._shutdown = program.shutdown
         steps, self._early = _inline(program, spec, position, prefetch)
         self._awaits = InlineAwaits()
@@ -116,7 +121,8 @@ class InlineEngine:
         self._running = self._closed = False
 
     def observe(self) -> Observation:
-        observation = observe_program(self._program, [], 0, 0)
+        pool = self._pool
+        observation = observe_program(self._program, [], 0, pool.threads if pool and pool.engaged else 0)
         return observation if self._transfers is None else self._transfers.observed(observation)
 
     def next(self) -> tuple[Outputs, int] | None:
@@ -161,7 +167,18 @@ class InlineEngine:
         self._outputs.close()
         if self._early is not None:
             self._early.close()
+        if self._pool is not None:
+            self._pool.close()
         self._program.release()
+
+
+def _inline_read_pool(spec: LoaderSpec) -> ReadPool | None:
+    """The inline engine's read pool, where the spec asks for one and reads may run ahead."""
+    if not (spec.inline_read_threads and spec.read_options.reads_ahead):
+        return None
+    from aioloader._program.read_pool import ReadPool  # loaded where it is used
+
+    return ReadPool(spec.read_options.num_threads)
 
 
 class AsyncInlineEngine:

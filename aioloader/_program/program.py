@@ -226,6 +226,12 @@ class Program:
                 named |= {call: self._stage_name(call) for call in calls if call[0] not in _OUTS}
         return list(named.items())
 
+    def reads_at_once(self) -> int:
+        """How many of a chunk's reads wait together: the read pool's threads once it is
+        engaged, else one (see `ChunkPlanner.observe`)."""
+        pool = self.read_pool
+        return pool.threads if pool is not None and pool.engaged else 1
+
     def _stage_name(self, call: StepCall) -> str:
         step, i = call
         if step in (Step.BEFORE, Step.ABEFORE):

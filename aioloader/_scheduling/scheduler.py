@@ -256,8 +256,7 @@ class Scheduler:
         self.work_seconds += work.seconds
         self.jobs_done += 1
         if work.stage is Stage.RECORDS:
-            pool = self.program.read_pool
-            at_once = pool.threads if pool is not None and pool.engaged else 1
+            at_once = self.program.reads_at_once()
             self._planner.observe(work.weight, work.seconds, work.wall, output_bytes(work.payload), at_once)
             if self._measuring and not self._hold_for_consumer_locked():
                 self._measuring = False
