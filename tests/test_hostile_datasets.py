@@ -460,7 +460,7 @@ def test_weights_that_are_no_weights_are_named(kind: str, weights: Any, error: t
     ("datasets", "error", "match"),
     [
         ([], ValueError, "`datasets`"),
-        ([al.MapDataset.range(0), al.MapDataset.range(3)], ValueError, "empty"),
+        ([al.MapDataset.range(0), al.MapDataset.range(3)], ValueError, r"at index 0 .* have length 0"),
         ([al.MapDataset.range(3), "x"], TypeError, "`datasets`"),
         (al.MapDataset.range(3), TypeError, "`datasets`"),
     ],

@@ -415,7 +415,13 @@ def test_concatenate_lays_inputs_end_to_end_epoch_by_epoch() -> None:
         ([MapDataset.range(2)] * 2, [1, float("nan")], ValueError, r"`weights` must be finite numbers"),
         ([MapDataset.range(2)] * 2, [True, 1], ValueError, r"`weights` must be finite numbers"),
         ([MapDataset.range(2)] * 2, [1, 5e-324], ValueError, r"`weights` must not span more than a float"),
-        ([MapDataset.range(2), MapDataset.range(0)], None, ValueError, r"datasets \[1\] are empty"),
+        (
+            [MapDataset.range(2), MapDataset.range(0)],
+            None,
+            ValueError,
+            r"must have positive length for mixing, but dataset\(s\) at "
+            r"index 1 \(MapDataset\.range\(0, 0, 1\)\) have length 0\.",
+        ),
     ],
     ids=["none", "str", "not-a-dataset", "count", "zero", "negative", "nan", "bool", "span", "empty-input"],
 )

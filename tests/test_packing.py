@@ -245,7 +245,7 @@ def test_states_from_elsewhere_are_refused() -> None:
         (
             lambda: FirstFitPacker({"t": 4}, 2, max_sequences_per_bin=0),
             ValueError,
-            r"`max_sequences_per_bin` must be greater than or equal to 1",
+            r"^If specified, `max_sequences_per_bin` must be a positive integer, but got 0\.$",
         ),
         (
             lambda: ConcatThenSplitPacker({"t": 4}, meta_features=["m"]),

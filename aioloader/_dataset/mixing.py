@@ -72,8 +72,11 @@ class MixedMapDataset(_SelectionMapDataset[T]):
         self._proportions = (1,) * len(shares) if weights is None else integer_proportions(shares)
         total = sum(self._proportions)
         empty = [i for i, d in enumerate(self._inputs) if len(d) == 0]
-        if empty:
-            raise ValueError(f"`datasets` must all have at least one element; datasets {empty} are empty.")
+        if empty:  # Grain's words, which its users' tests match
+            at = ", ".join(f"index {i} ({self._inputs[i]!r})" for i in empty)
+            raise ValueError(
+                f"All datasets must have positive length for mixing, but dataset(s) at {at} have length 0."
+            )
         lengths = [len(d) / (p / total) for d, p in zip(self._inputs, self._proportions, strict=True)]
         self._length = min(sys.maxsize, int(min(lengths)))
 

@@ -293,9 +293,7 @@ class FirstFitPacker:
                 k: require_int(f"pack_alignment_struct[{k!r}]", v, minimum=1)
                 for k, v in _per_feature("pack_alignment_struct", pack_alignment_struct, self.layout).items()
             },
-            max_per_row=None
-            if max_sequences_per_bin is None
-            else require_int("max_sequences_per_bin", max_sequences_per_bin, minimum=1),
+            max_per_row=_max_per_row(max_sequences_per_bin),
             group_by=_row_feature(shuffle_bins_group_by_feature, self.layout),
         )
 
@@ -416,3 +414,15 @@ def _flat(values: Mapping[Any, Any], path: tuple[str, ...] = ()) -> dict[Key, An
         else:
             flat[here[0] if len(here) == 1 else here] = value
     return flat
+
+
+def _max_per_row(value: Any) -> int | None:
+    """`max_sequences_per_bin` checked; below 1, in Grain's words (which its tests match)."""
+    if value is None:
+        return None
+    count = require_int("max_sequences_per_bin", value)
+    if count < 1:
+        raise ValueError(
+            f"If specified, `max_sequences_per_bin` must be a positive integer, but got {count}."
+        )
+    return count
