@@ -392,3 +392,35 @@ def test_a_read_failing_after_the_first_two_slow_ones_is_raised_at_its_place(
     finally:
         pool.close()
     assert items == [key * 2 for key in range(bad)]
+
+
+@repeated
+def test_to_iter_dataset_closed_from_another_thread_while_its_reads_wait(
+    repeat: int, clock: VirtualClock
+) -> None:
+    # The consumer waits for a chunk's reads on the read threads when another thread closes
+    # the iterator: the consumer's next() ends, and every thread is joined.
+    source = VerySlowSource(400, clock)
+    iterator = iter(MapDataset.source(source).to_iter_dataset(ReadOptions(num_threads=8)))
+    assert next(iterator) == 0
+    closer = threading.Timer(0.03, iterator.close)
+    closer.start()
+    got = [0, *iterator]
+    closer.join()
+    assert got == [key * 2 for key in range(len(got))]
+    assert len(got) < 400
+    assert wait_for_no_threads() == []
+
+
+def test_to_iter_dataset_read_failing_on_a_read_thread_is_raised_at_its_place(clock: VirtualClock) -> None:
+    class Failing(VerySlowSource):
+        def __getitem__(self, key: int) -> int:
+            if key == 21:
+                raise KeyError(f"record {key} is damaged")
+            return super().__getitem__(key)
+
+    got: list[int] = []
+    with pytest.raises(KeyError, match="record 21 is damaged"):
+        got.extend(MapDataset.source(Failing(40, clock)).to_iter_dataset(ReadOptions(num_threads=8)))
+    assert got == [key * 2 for key in range(21)]
+    assert wait_for_no_threads() == []
