@@ -402,3 +402,46 @@ def test_a_random_map_over_a_sampler_without_generators_names_the_record() -> No
 def test_a_sequence_is_not_a_sampler() -> None:
     with pytest.raises(TypeError, match=r"`sampler\[0\]` must return a RecordMetadata"):
         al.DataLoader(data_source=al.RangeDataSource(0, 5), sampler=[0, 1, 2])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_str_of_an_iterator_is_its_name_and_state_as_in_grain(asynchronous: bool) -> None:
+    import asyncio
+    import json
+
+    def parts(text: str) -> tuple[str, dict[str, Any]]:
+        name, _, rest = text.partition("(state=")
+        assert rest.endswith(")")
+        assert "\n    " in rest  # indented, as Grain's
+        return name, json.loads(rest[:-1])
+
+    loader = al.DataLoader(
+        data_source=al.RangeDataSource(0, 8, 1), sampler=al.SequentialSampler(8, al.NoSharding(), seed=1)
+    )
+    if asynchronous:
+
+        async def first_then_str() -> str:
+            iterator = loader.__aiter__()
+            await iterator.__anext__()
+            text = str(iterator)
+            await iterator.aclose()
+            return text
+
+        name, state = parts(asyncio.run(first_then_str()))
+        assert name == "AsyncDataLoaderIterator"
+    else:
+        iterator = iter(loader)
+        next(iterator)
+        name, state = parts(str(iterator))
+        assert name == "DataLoaderIterator"
+        assert state == json.loads(iterator.get_state())
+    gp = grain_python()
+    theirs = iter(
+        gp.DataLoader(
+            data_source=gp.RangeDataSource(0, 8, 1), sampler=gp.SequentialSampler(8, gp.NoSharding(), seed=1)
+        )
+    )
+    next(theirs)
+    their_name, their_state = parts(str(theirs))
+    assert their_name == "PyGrainDatasetIterator"
+    assert {k: v for k, v in state.items() if k != "aioloader"} == their_state

@@ -43,7 +43,7 @@ from aioloader._iteration.engines import (
     sync_engine,
 )
 from aioloader._iteration.spec import LoaderSpec
-from aioloader._iteration.state import check_position, dump_state, load_state, make_state
+from aioloader._iteration.state import check_position, describe, dump_state, load_state, make_state
 from aioloader._observability import logs as logs
 from aioloader._observability.meter import Meter
 from aioloader._program.jobs import Outputs
@@ -375,6 +375,9 @@ class DataLoaderIterator(itertools.chain[Any]):
         `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
 
+    def __str__(self) -> str:
+        return describe(type(self).__name__, self.get_state())
+
     def set_state(self, state: bytes | dict[str, Any]) -> None:
         """Continue from `state`: what `get_state` of a loader with the same pipeline
         returned (bytes; the dicts of earlier versions too), or what Grain 0.2.18's
@@ -579,6 +582,9 @@ class AsyncDataLoaderIterator:
         as bytes. `set_state` on a loader with the same pipeline, whatever its
         `worker_count`, resumes right there (see `set_state`)."""
         return self._cursor.get_state()
+
+    def __str__(self) -> str:
+        return describe(type(self).__name__, self.get_state())
 
     def set_state(self, state: bytes | dict[str, Any]) -> None:
         """Continue from `state`, as `DataLoaderIterator.set_state` (Grain's states too).

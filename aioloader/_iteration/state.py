@@ -66,6 +66,13 @@ def dump_state(
     return json.dumps(document, separators=(",", ":")).encode()
 
 
+def describe(name: str, state: bytes) -> str:
+    """`str()` of an iterator, as Grain's: its name and its state, indented."""
+    import json
+
+    return f"{name}(state={json.dumps(json.loads(state), indent=4)})"
+
+
 def load_state(
     state: Any, pipeline: dict[str, Any], names: GrainNames, length: int | None
 ) -> tuple[Position, list[int] | None]:
