@@ -400,7 +400,7 @@ def test_to_iter_dataset_closed_from_another_thread_while_its_reads_wait(
 ) -> None:
     # The consumer waits for a chunk's reads on the read threads when another thread closes
     # the iterator: the consumer's next() ends, and every thread is joined.
-    source = VerySlowSource(400, clock)
+    source = VerySlowSource(1000, clock)  # 2.5 s of reads: the close comes long before the end
     iterator = iter(MapDataset.source(source).to_iter_dataset(ReadOptions(num_threads=8)))
     assert next(iterator) == 0
     closer = threading.Timer(0.03, iterator.close)
@@ -408,7 +408,7 @@ def test_to_iter_dataset_closed_from_another_thread_while_its_reads_wait(
     got = [0, *iterator]
     closer.join()
     assert got == [key * 2 for key in range(len(got))]
-    assert len(got) < 400
+    assert len(got) < 1000
     assert wait_for_no_threads() == []
 
 

@@ -471,18 +471,18 @@ def test_making_the_engine_is_time_the_consumer_waits(
 
     monkeypatch.setattr(iterators, "sync_engine", slowly(iterators.sync_engine))
     monkeypatch.setattr(iterators, "async_engine", slowly(iterators.async_engine))
-    slow_start = loader([aioloader.Batch(4)], workers)
+    slow_start = loader([aioloader.Batch(100)], workers)  # few outputs: few gaps of the consumer's own
 
     async def drain() -> aioloader.LoaderStatistics:
         iterator = slow_start.__aiter__()
-        assert len([batch async for batch in iterator]) == N // 4
+        assert len([batch async for batch in iterator]) == N // 100
         return iterator.statistics()
 
     if asynchronous:
         statistics = asyncio.run(drain())
     else:
         iterator = iter(slow_start)
-        assert len(list(iterator)) == N // 4
+        assert len(list(iterator)) == N // 100
         statistics = iterator.statistics()
     consumer = statistics.thread("consumer")
     assert consumer.waiting_for_input_seconds >= 0.2
