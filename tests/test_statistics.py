@@ -155,8 +155,10 @@ def test_bounds_are_never_exceeded_and_figures_only_grow(workers: int, repeat: i
         # Workers start one another: the first outputs may come before the last one runs.
         assert statistics.thread("workers").count <= workers
     assert previous["read"] == N
-    iterator.close()  # joins every worker, the chain's last ones included
-    assert iterator.statistics().thread("workers").count == workers
+    iterator.close()
+    # The figures kept at the end count the workers that had started by then: on a loaded
+    # machine the chain's last one may not have (2 of 3 once, 3.13t in CI, under load).
+    assert 1 <= iterator.statistics().thread("workers").count <= workers
 
 
 @repeated
