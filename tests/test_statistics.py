@@ -142,20 +142,23 @@ def test_before_the_first_output_only_the_consumer_is_there() -> None:
 @pytest.mark.parametrize("workers", [1, 3])
 def test_bounds_are_never_exceeded_and_figures_only_grow(workers: int, repeat: int) -> None:
     options = aioloader.ReadOptions(prefetch_buffer_size=24)
-    iterator = iter(loader([Plus(), aioloader.Batch(4)], workers, read_options=options))
     previous: dict[str, int] = {}
-    for _ in iterator:
-        statistics = iterator.statistics()
-        for buffer in statistics.buffers:
-            assert 0 <= buffer.in_use <= buffer.peak <= buffer.capacity, buffer
-        found = items(statistics)
-        assert all(found[name] >= count for name, count in previous.items())
-        previous = found
-        assert statistics.worker_count == workers
-        # Workers start one another: the first outputs may come before the last one runs.
-        assert statistics.thread("workers").count <= workers
-    assert previous["read"] == N
-    iterator.close()
+    # `with`: a failed assertion still closes the iterator (its workers would outlive the test).
+    with iter(loader([Plus(), aioloader.Batch(4)], workers, read_options=options)) as iterator:
+        for _ in iterator:
+            statistics = iterator.statistics()
+            for buffer in statistics.buffers:
+                assert 0 <= buffer.in_use <= buffer.peak <= buffer.capacity, buffer
+            found = items(statistics)
+            assert all(found[name] >= count for name, count in previous.items())
+            previous = found
+            # The tuner may run the chunks on the consumer's thread where that measures
+            # faster (trivial records on a loaded machine): then it reports 0 workers, inline.
+            assert statistics.worker_count in (0, workers)
+            assert statistics.inline == (statistics.worker_count == 0)
+            # Workers start one another: the first outputs may come before the last one runs.
+            assert statistics.thread("workers").count <= workers
+        assert previous["read"] == N
     # The figures kept at the end count the workers that had started by then: on a loaded
     # machine the chain's last one may not have (2 of 3 once, 3.13t in CI, under load).
     assert 1 <= iterator.statistics().thread("workers").count <= workers
