@@ -2496,3 +2496,27 @@ def test_an_in_order_stage_names_its_element_honestly_after_a_resume() -> None:
         with pytest.raises(KeyError) as resumed:
             list(third)
     assert "after the state it resumed at" in notes_of(resumed.value)
+
+
+class NoParents(al.MapDataset):  # type: ignore[type-arg]
+    """A user's node that never calls `MapDataset.__init__` (so it has no `_parents`)."""
+
+    def __init__(self) -> None:  # no super().__init__()
+        pass
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> int:
+        return index * 10
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_users_node_that_skips_the_base_init_still_runs(workers: int) -> None:
+    # The graph walks (batched reads below a part, its None holes, a batch after holes)
+    # followed `parents` unguarded: such a node was an AttributeError at iter().
+    ds = NoParents().map(lambda x: x + 1).to_iter_dataset()
+    if workers:
+        ds = ds.mp_prefetch(al.MultiprocessingOptions(num_workers=workers))
+    assert list(ds) == [1, 11, 21, 31, 41, 51]
+    assert [batch.tolist() for batch in NoParents().batch(4)] == [[0, 10, 20, 30], [40, 50]]

@@ -22,7 +22,7 @@ import abc
 import builtins
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import numpy as np
@@ -315,6 +315,16 @@ class _WithSeedMapDataset(MapDataset[T]):
 
     def __repr__(self) -> str:
         return f"{self._parent!r}.seed({self._seed_rng_seed})"
+
+
+def graph(dataset: MapDataset[Any]) -> Iterator[MapDataset[Any]]:
+    """`dataset` and every dataset below it, depth first (one reached twice, twice). A
+    user's node that never called `MapDataset.__init__` has no parents to follow."""
+    nodes = [dataset]
+    while nodes:
+        node = nodes.pop()
+        yield node
+        nodes += getattr(node, "parents", ())
 
 
 def check_index(index: Any, length: int) -> int:

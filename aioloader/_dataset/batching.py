@@ -20,7 +20,7 @@ import numpy as np
 
 from aioloader._common.failures import note
 from aioloader._common.validation import require_int
-from aioloader._dataset.base import MapDataset
+from aioloader._dataset.base import MapDataset, graph
 from aioloader._dataset.flat_mapping import FlatMapMapDataset
 from aioloader._dataset.functions import add_note
 from aioloader._dataset.mapping import FilterMapDataset
@@ -76,9 +76,7 @@ class BatchMapDataset(MapDataset[Any]):
 def _refuse_holes(parent: MapDataset[Any]) -> None:
     """Grain's rule: no batch after a filter or a flat map upstream, whose `None` holes
     would be batched (Grain refuses both when the batch is made)."""
-    to_check: list[MapDataset[Any]] = [parent]
-    while to_check:
-        node = to_check.pop()
+    for node in graph(parent):
         if isinstance(node, FilterMapDataset):
             # The first words are Grain's, which its users' tests may match.
             raise ValueError(
@@ -90,7 +88,6 @@ def _refuse_holes(parent: MapDataset[Any]) -> None:
                 f"`MapDataset.batch` can not follow `FlatMapMapDataset` ({node!r}): its unused slots "
                 "are None holes. Batch an IterDataset made from it (`to_iter_dataset()`)."
             )
-        to_check.extend(getattr(node, "_parents", ()))
 
 
 def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from aioloader._common.options import ReadOptions
 from aioloader._common.positions import Position
 from aioloader._common.validation import require_bool
-from aioloader._dataset.base import MapDataset
+from aioloader._dataset.base import MapDataset, graph
 from aioloader._dataset.filter_checks import CheckedPartStage, Mark, PassDropped, checks_filters
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
@@ -270,13 +270,10 @@ def _reads_in_batches(dataset: MapDataset[Any]) -> bool:
     """True when a source below `dataset` reads with `__getitems__`."""
     from aioloader._dataset.sources import SourceMapDataset
 
-    nodes = [dataset]
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, SourceMapDataset) and hasattr(node.data_source, "__getitems__"):
-            return True
-        nodes += node.parents
-    return False
+    return any(
+        isinstance(node, SourceMapDataset) and hasattr(node.data_source, "__getitems__")
+        for node in graph(dataset)
+    )
 
 
 def may_hold_holes(dataset: MapDataset[Any]) -> bool:
@@ -288,17 +285,12 @@ def may_hold_holes(dataset: MapDataset[Any]) -> bool:
     from aioloader._dataset.mapping import ElementwiseMapDataset
     from aioloader._dataset.sources import SourceMapDataset
 
-    nodes = [dataset]
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, ElementwiseMapDataset | FlatMapMapDataset):
-            return True
-        if isinstance(node, SourceMapDataset) and _may_give_none(node.data_source):
-            return True
-        if not type(node).__module__.startswith("aioloader."):
-            return True
-        nodes += node.parents
-    return False
+    return any(
+        isinstance(node, ElementwiseMapDataset | FlatMapMapDataset)
+        or (isinstance(node, SourceMapDataset) and _may_give_none(node.data_source))
+        or not type(node).__module__.startswith("aioloader.")
+        for node in graph(dataset)
+    )
 
 
 _CHECKED_SEQUENCE = 1 << 20  # a longer list is not scanned for None: it may hold one
