@@ -133,14 +133,6 @@ class DataLoader:
         self.read_options = read_options or ReadOptions()
         self._spec = self._make_spec()
 
-    def reading_on_threads_inline(self) -> DataLoader:
-        """This loader, but reading a slow source on `read_options.num_threads` threads at
-        `worker_count=0` too (not the debug mode's caller's thread): the Dataset API's
-        `to_iter_dataset()`, which Grain reads on threads. Internal."""
-        copied = copy.copy(self)
-        copied._spec = self._spec._replace(inline_read_threads=True)
-        return copied
-
     def _make_spec(self) -> LoaderSpec:
         return LoaderSpec(
             make_program=functools.partial(
@@ -301,3 +293,12 @@ def load(
         worker_count=worker_count,
         read_options=read_options,
     )
+
+
+def reading_on_threads_inline(loader: DataLoader) -> DataLoader:
+    """`loader`, but reading a slow source on `read_options.num_threads` threads at
+    `worker_count=0` too (not the debug mode's caller's thread): the Dataset API's
+    `to_iter_dataset()`, which Grain reads on threads. Not a method: users never need it."""
+    copied = copy.copy(loader)
+    copied._spec = loader._spec._replace(inline_read_threads=True)
+    return copied

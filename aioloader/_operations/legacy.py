@@ -85,10 +85,6 @@ class BatchOperation:
         if pending and not self.drop_remainder and last is not None:
             yield Record(last.metadata.remove_record_key(), batch_fn(pending))
 
-    def as_batch(self) -> Batch:
-        """The `Batch` a `DataLoader` runs for it."""
-        return Batch(self.batch_size, self.drop_remainder, self.batch_fn)
-
 
 def _stack_records(elements: Sequence[Any]) -> Any:
     """`Batch`'s stacking, with the error Grain's `BatchOperation` gives for records of
