@@ -90,10 +90,11 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
         chunk.fail(len(items), error, what)
 
 
-def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any) -> None:
+def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any, awaited: bool = False) -> None:
     """Take what `method` returned as the chunk's records if it is one record per key, in
     order (a list, a tuple, an array...); else fail on the first record. A mapping (its
-    keys would become records), a set (no order) or a string is no such sequence."""
+    keys would become records), a set (no order) or a string is no such sequence; from an
+    `awaited` method, neither is one holding an awaitable (see `_unawaited`)."""
     chunk.items = []
     what = f"reading from {type(source).__name__}"
     name = f"`data_source` {type(source).__name__}.{method}"
@@ -112,7 +113,7 @@ def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any) -
         )
         chunk.fail(0, error, what)
         return
-    unawaited = _unawaited(found, source, method) if method == "aget_many" else None
+    unawaited = _unawaited(found, source, method) if awaited else None
     if unawaited is not None:
         chunk.fail(0, unawaited, what)
         return
@@ -134,7 +135,7 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
         except Exception:
             pass  # read one by one below, to find the record that fails
         else:
-            _take_records(source, "aget_many", chunk, returned)
+            _take_records(source, "aget_many", chunk, returned, awaited=True)
             return
 
     async def one(key: int) -> Any:
