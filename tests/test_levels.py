@@ -219,7 +219,7 @@ def test_statistics_name_the_consumers_thread_when_it_was_chosen(monkeypatch: py
     monkeypatch.setattr(tuning, "WAITING", 0.0)
     monkeypatch.setattr(tuning, "PARALLEL", float("inf"))
 
-    def judge(self: tuning.Tuner, rate: float) -> None:  # the consumer's thread wins every trial
+    def judge(self: tuning.Tuner, rate: float, losing: bool) -> None:  # the consumer's thread wins each trial
         self._trial = None
         if self.level != 0:
             self._set(0)

@@ -33,13 +33,14 @@ outputs they made while the consumer started come at once: they would make
 one worker look as fast as two); from the consumer's thread ("auto"), nothing
 was made ahead, and the first phase counts. Once the rate has settled (two
 phases at the level, the last not `RISING` times faster than the one
-before), the tuner tries a neighbouring level for one phase (`_neighbours`:
-from workers, one more, one fewer, the consumer's thread; from the
-consumer's thread, the workers it left and one more, since one worker may
-lose to it where two win; of these, the one measured longest ago) and keeps
-it if it delivered at least `MARGIN` times faster than the better of the
-last two phases before (a trial that delivers at less than `LOSING` of that
-rate ends after `EARLY` of a phase, but for the first phase of new threads); after such
+before), the tuner tries a neighbouring level for up to two phases
+(`_neighbours`: from workers, one more, one fewer, the consumer's thread;
+from the consumer's thread, the workers it left and one more, since one
+worker may lose to it where two win; of these, the one measured longest
+ago) and keeps it if its better phase delivered at least `MARGIN` times
+faster than the better of the last two phases before (a trial that
+delivers at less than `LOSING` of that rate ends after `EARLY` of a phase,
+but for the first phase of new threads); after such
 a win, the next trial comes as soon as the rate has settled (climbing is
 quick). A trial that lost doubles the phases before the next one, whichever
 level that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
@@ -58,7 +59,11 @@ There is no trial:
   phase (the loader keeps up), nor above the memory bound of "auto";
 * of the consumer's thread, while the threads keep up, or clearly pay off:
   their chunks ran on `PARALLEL` cores at once and took `LONG_CHUNK` of CPU
-  time or more each, so that a hand-off is a small part of a chunk.
+  time or more each, so that a hand-off is a small part of a chunk. Not with
+  the GIL on: there, threads that pass the GIL back and forth burn CPU
+  without progress (NumPy's small calls on 3.11: two workers kept 1.4 to
+  1.6 cores busy at half the rate of the consumer's thread alone, and a
+  run that crossed `PARALLEL` never tried it).
 
 "auto" also follows two rules that need no trial: above its memory bound it
 drops a worker and halves the read threads at once; and where reads go
@@ -70,6 +75,7 @@ thread runs the chunks), not a level under trial.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Hashable, Sequence
 
@@ -85,11 +91,14 @@ MAX_HOLD = 128  # the most phases between two trials
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
 LOSING = 0.5  # ... and one this much slower after `EARLY` of a phase ends there
 EARLY = 0.25
+TRIAL_PHASES = 2  # a trial that neither wins nor clearly loses runs this many phases
 RISING = 1.1  # a phase this much faster than the one before: the rate still rises, no trial yet
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
 LONG_CHUNK = 0.0005  # ... with this much CPU time per chunk: the threads pay off
 READS_SHARE = 0.5  # reads took this share of the workers' busy time: reads are what limits
+# Whether the GIL is on now (a free-threaded build may turn it on to import an extension).
+GIL_ENABLED: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
 
 
 class Tuner:
@@ -107,6 +116,7 @@ class Tuner:
         read_keys: frozenset[Hashable] = frozenset(),
         clock: Callable[[], float] = time.perf_counter,
         copyable: Callable[[], bool] | None = None,
+        gil_enabled: Callable[[], bool] = GIL_ENABLED,
     ) -> None:
         """Tune among `levels` (ascending), from the highest below or at the workers running now.
 
@@ -117,8 +127,9 @@ class Tuner:
         first start from the consumer's thread, says whether the operations can be
         copied for them: if not, the consumer's thread keeps the chunks, as
         `worker_count=0` would (an error there, at a point that timing chose, would
-        make the output depend on it)."""
-        self._clock, self._copyable = clock, copyable
+        make the output depend on it). `gil_enabled` is asked at each decision (an
+        extension module may turn the GIL on while the loader runs)."""
+        self._clock, self._copyable, self._gil_enabled = clock, copyable, gil_enabled
         self._scheduler, self._workers, self._levels = scheduler, workers, list(levels)
         self._memory_limit, self._reads, self._meters, self._read_keys = (
             memory_limit,
@@ -131,7 +142,7 @@ class Tuner:
         if self.level == 0:
             scheduler.run_inline(True)
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
-        self._trial_phases = 0  # the phases a trial runs: 2 where it starts workers (see `_judge`)
+        self._trial_starts_threads = False  # its first phase then runs whole (see `_clearly_losing`)
         # The phases measured, the last one measured at each level (-1: none yet), the
         # phases until the next trial (the first as soon as the rate has settled after the
         # warm-up: runs may be short) and the hold the last trial that lost set.
@@ -167,8 +178,9 @@ class Tuner:
         self._waited += waited
         self._outputs += 1
         span = now - self._start
-        if (span >= PHASE_SECONDS and self._outputs >= MIN_OUTPUTS) or self._clearly_losing(span):
-            self._end_phase(span)
+        losing = self._clearly_losing(span)
+        if (span >= PHASE_SECONDS and self._outputs >= MIN_OUTPUTS) or losing:
+            self._end_phase(span, losing)
             if not self._settling:
                 self._begin(now)
 
@@ -181,7 +193,7 @@ class Tuner:
         trial = self._trial
         return (
             trial is not None
-            and len(self._rates) == self._trial_phases - 1
+            and (len(self._rates) == 1 or not self._trial_starts_threads)
             and self._outputs >= MIN_OUTPUTS
             and span >= EARLY * PHASE_SECONDS
             and self._weight < LOSING * trial[1] * span
@@ -192,7 +204,7 @@ class Tuner:
         self._work, self._jobs = self._scheduler.work_seconds, self._scheduler.jobs_done
         self._busy, self._reading = self._worker_times()
 
-    def _end_phase(self, span: float) -> None:
+    def _end_phase(self, span: float, losing: bool = False) -> None:
         rate = self._weight / span
         self._phases += 1
         self._measured[self.level] = self._phases
@@ -202,7 +214,7 @@ class Tuner:
             return
         self._rates = [*self._rates[-1:], rate]  # this level's last two (a trial compares with both)
         if self._trial is not None:
-            self._judge(max(self._rates))
+            self._judge(max(self._rates), losing)
         elif self._over_memory():
             self._shrink()
         elif self._reads_limit(span):
@@ -219,18 +231,21 @@ class Tuner:
         starting late) is no baseline for a trial, which would beat it and leave it."""
         return len(self._rates) == 2 and self._rates[1] < RISING * self._rates[0]
 
-    def _judge(self, rate: float) -> None:
+    def _judge(self, rate: float, losing: bool) -> None:
         """End a trial: keep its level if it delivered `MARGIN` times faster (and try the next
         at once), else go back and wait twice as long as last time before the next trial.
 
-        A trial that started new workers, unless it wins at once, runs a second phase and is
-        judged by the faster, as the level it left is: a new thread may start late (on
-        3.13t, tens of milliseconds on a busy machine), and one phase without it lost a
-        trial that won by 1.8 times later."""
+        A trial that neither wins at once nor is `losing` clearly runs a second phase and is
+        judged by the faster, as the level it left is (the faster of its last two): one
+        phase against the better of two loses to noise alone. A new thread may start late
+        (on 3.13t, tens of milliseconds on a busy machine: one phase without it lost a trial
+        that won by 1.8 times later), and on a busy machine one phase of the consumer's
+        thread, at 0.96 of the workers' better phase, lost a trial it would have won by 1.5
+        times (3.11, NumPy images: the run then kept the workers for 55 phases)."""
         assert self._trial is not None
         before, before_rate = self._trial
         won = rate >= before_rate * MARGIN
-        if not won and len(self._rates) < self._trial_phases:
+        if not won and not losing and len(self._rates) < TRIAL_PHASES:
             return  # one more phase
         self._trial = None
         if won:
@@ -255,9 +270,7 @@ class Tuner:
             if level and not self._workers_may_start():
                 return
             self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
-            # Workers waiting already (a fixed `worker_count` tried from level 0) need no
-            # second phase: a losing trial of them on 3.11 ran at a third of level 0's rate.
-            self._trial_phases = 2 if level > self._workers.count() else 1
+            self._trial_starts_threads = level > self._workers.count()
             self._set(level)
 
     def _workers_may_start(self) -> bool:
@@ -288,9 +301,12 @@ class Tuner:
         return above + below
 
     def _threads_may_lose(self, span: float) -> bool:
-        """False while the threads keep up with the consumer, or clearly pay off."""
+        """False while the threads keep up with the consumer, or clearly pay off (never
+        with the GIL on: see the module docstring)."""
         if self._waited < WAITING * span:
             return False
+        if self._gil_enabled():
+            return True
         work = self._scheduler.work_seconds - self._work
         jobs = self._scheduler.jobs_done - self._jobs
         return not (work / span >= PARALLEL and jobs and work / jobs >= LONG_CHUNK)

@@ -115,10 +115,23 @@ def test_no_trial_of_the_consumer_thread_while_the_threads_keep_up() -> None:
 
 
 def test_no_trial_of_the_consumer_thread_while_the_threads_clearly_pay_off() -> None:
-    run = Run([0, 2], 2, {2: 1100, 0: 5100})
+    run = Run([0, 2], 2, {2: 1100, 0: 5100}, gil_enabled=lambda: False)
     # Each job: 2 ms of CPU, finished at 1,100 a second: two cores busy, long chunks.
     run.outputs(phases(40, 1100), cpu_per_job=0.002)
     assert run.scheduler.inline == []
+
+
+def test_with_the_gil_on_busy_threads_are_no_sign_that_they_pay_off() -> None:
+    """Threads passing the GIL back and forth keep two cores busy at half the rate."""
+    gil = [False]
+    run = Run([0, 2], 2, {2: 1100, 0: 2300}, gil_enabled=lambda: gil[0])
+    run.outputs(phases(FIRST_TRIAL + 2, 1100), cpu_per_job=0.002)
+    assert run.scheduler.inline == []
+    gil[0] = True  # an extension module turned it on: asked again at each decision
+    run.outputs(phases(2, 1100), cpu_per_job=0.002)
+    assert run.scheduler.inline == [True]
+    run.outputs(phases(1, 2300))
+    assert run.tuner.chosen == 0
 
 
 def test_outputs_of_jobs_issued_before_a_change_are_not_measured() -> None:
@@ -198,16 +211,18 @@ def test_a_trial_of_more_workers_slow_in_its_first_phase_gets_a_second() -> None
     assert run.tuner.chosen == 2
 
 
-def test_a_trial_of_workers_already_waiting_is_judged_on_its_first_phase() -> None:
-    """A fixed `worker_count` keeps its workers at level 0: tried again, they start at once,
-    so one slow phase ends the trial (on 3.11 such a trial ran at a third of level 0's rate)."""
-    run = Run([0, 2], 2, {2: 1000, 0: 2300})
-    run.outputs(phases(FIRST_TRIAL, 1000) + phases(1, 2300))
+def test_a_trial_slower_by_chance_in_its_first_phase_gets_a_second() -> None:
+    """Judged as the level it left, by the faster of two phases: on a busy machine the consumer's
+    thread ran its first phase at 0.96 of the workers' better phase and every later one at 1.5
+    times (3.11, NumPy images); judged on one phase, the run kept the slower workers."""
+    run = Run([0, 2], 2, {2: 1000, 0: 960})
+    run.outputs(phases(FIRST_TRIAL, 1000))
+    assert run.tuner.level == 0  # the trial of the consumer's thread
+    run.outputs(phases(1, 960))
+    assert (run.tuner.level, run.tuner.chosen) == (0, 2)  # lost its first phase, not by half: a second
+    run.speed[0] = 1500
+    run.outputs(phases(1, 1500))
     assert run.tuner.chosen == 0
-    while run.tuner.level == 0:  # until the trial of the workers
-        run.outputs(1)
-    run.outputs(phases(1, 1000))
-    assert (run.tuner.level, run.tuner.chosen) == (0, 0)  # back after one phase
 
 
 def test_one_schedule_for_all_neighbours_and_the_one_measured_longest_ago_goes_first() -> None:
@@ -252,8 +267,8 @@ def test_a_rate_that_keeps_rising_delays_the_trial_a_phase_at_a_time() -> None:
 
 def test_a_trial_clearly_losing_ends_after_a_quarter_phase() -> None:
     """Workers already running, tried again from level 0 at under half its rate: the trial
-    ends once a quarter of a phase shows it; at 0.6 of the rate it runs its whole phase."""
-    for speed, length in ((900, tuning.EARLY), (1400, 1.0)):
+    ends once a quarter of a phase shows it; at 0.6 of the rate it runs two whole phases."""
+    for speed, length in ((900, tuning.EARLY), (1400, 2.0)):
         run = Run([0, 2], 2, {2: 1000, 0: 2300})
         run.outputs(phases(FIRST_TRIAL, 1000) + phases(1, 2300))
         while run.tuner.level == 0:  # until the trial of the workers
