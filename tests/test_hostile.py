@@ -1422,6 +1422,28 @@ def test_getitems_may_return_an_array_of_records(workers: Workers) -> None:
     assert got == [10 * k for k in range(20)]
 
 
+class SortsKeysThenFails(Returns):
+    """Sorts the keys it is given in place (for locality), then fails: the keys read one by one
+    after it are the loader's, in the sampler's order, and record 7 fails under its own name."""
+
+    def __getitems__(self, keys: list[int]) -> Any:
+        keys.sort(reverse=True)
+        raise OSError("transient read error")
+
+    def __getitem__(self, key: int) -> int:
+        if key == 7:
+            raise ValueError("bad record 7")
+        return key
+
+
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_getitems_that_changes_its_keys_changes_no_record(workers: Workers) -> None:
+    got, error = collect(make([], workers, SortsKeysThenFails(lambda keys: None)), False)
+    assert got == list(range(7))
+    assert type(error) is ValueError
+    assert "index=7, record_key=7" in "\n".join(getattr(error, "__notes__", []))
+
+
 def test_operations_from_an_iterator_are_taken_as_a_list_as_grain_takes_them() -> None:
     def make(operations: Any) -> DataLoader:
         return DataLoader(

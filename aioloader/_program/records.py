@@ -72,7 +72,9 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
     getitems = getattr(source, "__getitems__", None) if mapper is None else None
     if getitems is not None:
         try:
-            returned = getitems(chunk.keys)
+            # A copy: a source that sorts its keys in place for locality, then fails, would
+            # have the keys read one by one below in its order, and blamed on other records.
+            returned = getitems(list(chunk.keys))
         except Exception:
             pass  # read one by one below, to find the record that fails
         else:
@@ -129,7 +131,7 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
     if many is not None:
         try:
             async with limit:
-                returned = await guarded(many(chunk.keys))
+                returned = await guarded(many(list(chunk.keys)))  # a copy, as for `__getitems__`
         except Interrupt:
             raise
         except Exception:
