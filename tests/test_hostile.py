@@ -40,6 +40,7 @@ from aioloader import (
     SequentialSampler,
     ShardOptions,
 )
+from tests.conftest import repeated
 from tests.support.outputs import notes
 from tests.support.reference import canonical, reference_outputs
 from tests.support.transforms import LenIs
@@ -1442,6 +1443,52 @@ def test_getitems_that_changes_its_keys_changes_no_record(workers: Workers) -> N
     assert got == list(range(7))
     assert type(error) is ValueError
     assert "index=7, record_key=7" in "\n".join(getattr(error, "__notes__", []))
+
+
+class CallsItsOwnIterator:
+    """A map that, at record 5, calls `call` on the iterator that runs it."""
+
+    def __init__(self, call: str) -> None:
+        self.call = call
+        self.iterator: Any = None
+        self.state: bytes | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CallsItsOwnIterator:
+        return self  # the workers call the same iterator
+
+    def __call__(self, x: int) -> int:
+        if x == 5:
+            if self.call == "next":
+                next(self.iterator)
+            else:
+                self.iterator.set_state(self.state)
+        return x
+
+
+@repeated
+@pytest.mark.parametrize("device", [False, True], ids=["host", "device"])
+@pytest.mark.parametrize("call", ["next", "set_state"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_record(
+    workers: Workers, call: str, device: bool, repeat: int
+) -> None:
+    """In the caller's thread, `itertools.chain` entered again crashed the interpreter and a
+    `set_state` ended the iteration silently; in a worker, the call waited for itself."""
+    own = CallsItsOwnIterator(call)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 20),
+        sampler=IndexSampler(20, num_epochs=1),
+        operations=[own],
+        worker_count=workers,
+        device_put=DevicePut() if device else None,
+    )
+    got = []
+    with iter(loader) as iterator:
+        own.iterator, own.state = iterator, iterator.get_state()
+        with pytest.raises(RuntimeError, match=f"DataLoaderIterator.{call}\\(\\) was called from") as raised:
+            got.extend(int(x) for x in iterator)
+    assert got == [0, 1, 2, 3, 4]
+    assert "index=5, record_key=5" in notes(raised.value)
 
 
 def test_operations_from_an_iterator_are_taken_as_a_list_as_grain_takes_them() -> None:

@@ -86,6 +86,11 @@ class DeviceEngine:
         )
         self._thread.start()
 
+    @property
+    def scheduler(self) -> Any:
+        """The inner engine's scheduler (whose workers may not call the iterator)."""
+        return getattr(self._inner, "scheduler", None)
+
     def _run(self) -> None:
         try:
             with self._settings.entered():

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the scheduler loads with the first workers (see `_iteration
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 _closers = itertools.count()
+_this_thread = threading.local()  # `.scheduler`: whose jobs this worker thread runs
 
 
 # How long `join` waits, past its timeout, for a worker still making its runner:
@@ -134,6 +135,7 @@ class WorkerThreads:
         """Start the next worker of the chain, if `after` others are to follow this one; then
         work until the scheduler closes (False) or this worker takes a retirement (True)."""
         scheduler = self._scheduler
+        _this_thread.scheduler = scheduler
         meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
             if after:
@@ -181,6 +183,11 @@ class WorkerThreads:
                     if thread.is_alive() and not started.is_set():
                         thread.join(STARTING_SECONDS)
             joined += len(workers)
+
+
+def working_for() -> Any:
+    """The scheduler whose jobs this thread runs, if it is a worker thread (else None)."""
+    return getattr(_this_thread, "scheduler", None)
 
 
 def thread_runner(program: Any) -> RunnerFactory:

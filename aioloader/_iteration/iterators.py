@@ -33,6 +33,7 @@ from aioloader._common.cancellation import Unraised, cancelling
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.turns import TaskTurns
+from aioloader._executors.threads import working_for
 from aioloader._iteration.engines import (
     AsyncEngine,
     E,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 
 _EMPTY: list[Any] = []
 _chain_next = itertools.chain.__next__
+TURN_CHECK_SECONDS = 0.05  # how often a call waiting for the iterator's turn checks where it came from
 
 
 class _Cursor(Generic[E]):
@@ -308,6 +310,35 @@ def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: P
     return make_state(position, iterator._cursor.loader_spec.description)
 
 
+def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
+    """Return once the iterator's turn is free (the caller then takes it); a RuntimeError if
+    the pipeline's own code (a transform, a source) made this call: in the caller's thread,
+    inside the iterator's `next()` (entered again, `itertools.chain` drops the generator it
+    is running: a crash of the interpreter; a `set_state` there ended the iteration early,
+    silently), or in one of its workers (which would wait for the `next()` that waits for
+    it). A worker may run that code before its engine is made (and known), while the
+    consumer holds the turn: so the check comes after each wait, and once holding it."""
+    turn = iterator._turn
+    if getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
+        raise _reentry(call, "inside the same iterator's next(), in the caller's thread")
+    acquired = False
+    while not acquired:
+        acquired = turn.acquire(timeout=TURN_CHECK_SECONDS)
+        engine = iterator._cursor.holder.engine
+        if engine is not None and working_for() is getattr(engine, "scheduler", None) is not None:
+            if acquired:
+                turn.release()
+            raise _reentry(call, "one of the same iterator's worker threads")
+    turn.release()
+
+
+def _reentry(call: str, where: str) -> RuntimeError:
+    return RuntimeError(
+        f"DataLoaderIterator.{call} was called from {where}: by a transform or the data source "
+        "of its own pipeline. Call it from outside the pipeline, between two next() calls."
+    )
+
+
 class DataLoaderIterator(itertools.chain[Any]):
     """Iterates a `DataLoader` in the caller's thread; see `DataLoader`.
 
@@ -327,7 +358,8 @@ class DataLoaderIterator(itertools.chain[Any]):
         cursor: _Cursor[SyncEngine] = _Cursor(spec)
         self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
         self._cursor = cursor
-        # Reentrant: a transform that calls `set_state` runs inside `next()` at worker_count=0.
+        # An RLock for its owner: a transform or source that calls `next()` or `set_state` runs
+        # inside `next()` (at worker_count=0), and is refused (see `_wait_turn`).
         self._turn = threading.RLock()
         weakref.finalize(self, EngineHolder.close, cursor.holder)
         return self
@@ -341,6 +373,7 @@ class DataLoaderIterator(itertools.chain[Any]):
     def __next__(self) -> Any:
         cursor = self._cursor
         taken_from, left = None, 0
+        _wait_turn(self, "next()")
         try:
             with self._turn:  # callers in several threads take turns (see the module docstring)
                 taken_from = cursor.current
@@ -393,6 +426,7 @@ class DataLoaderIterator(itertools.chain[Any]):
         call `set_state` on a new iterator. A state from another pipeline is
         a ValueError that names what differs.
         """
+        _wait_turn(self, "set_state()")
         with self._turn:  # after a `next()` running in another thread, never during it
             if self._cursor.ended:
                 raise ValueError(
