@@ -717,3 +717,44 @@ def test_leaving_async_iteration_leaves_no_task_running_on_the_loop(
     gc.collect()
     assert unraisable == []
     assert_all_joined()
+
+
+def test_a_device_thread_that_cannot_start_leaves_no_worker_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its workers ran already, and the iterator never had the engine to close: they ran on
+    past `close()` (as where a limit on threads is reached)."""
+    start = threading.Thread.start
+
+    def refuse_device_threads(thread: threading.Thread) -> None:
+        if thread.name.startswith("aioloader-device"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_device_threads)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 100),
+        sampler=IndexSampler(100, num_epochs=1),
+        operations=[Batch(2)],
+        worker_count=2,
+        device_put=DevicePut(),
+    )
+    with iter(loader) as iterator, pytest.raises(RuntimeError, match="can't start new thread"):
+        next(iterator)
+    assert wait_for_no_threads() == []
+
+
+def test_an_unreadable_sigint_handler_leaves_the_loaders_working(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On 3.11 an `asyncio.run` that failed in its cleanup left SIGINT's handler such that
+    `signal.getsignal` raised: every loader with workers failed at its first `next()`."""
+    import signal
+
+    def unreadable(signum: int) -> Any:
+        raise RuntimeError("repr broken")
+
+    monkeypatch.setattr(signal, "getsignal", unreadable)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 10), sampler=IndexSampler(10, num_epochs=1), worker_count=2
+    )
+    assert [int(x) for x in loader] == list(range(10))
+    assert wait_for_no_threads() == []

@@ -46,7 +46,7 @@ def watch(engine: Closable) -> None:
 
     _watched = True
     _running.add(engine)
-    if _in_main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if _in_main_thread() and _handler_is(signal.default_int_handler):
         signal.signal(signal.SIGINT, _interrupted)
 
 
@@ -57,8 +57,19 @@ def unwatch(engine: Closable) -> None:
         return
     import signal
 
-    if not _running and _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted:
+    if not _running and _in_main_thread() and _handler_is(_interrupted):
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _handler_is(handler: object) -> bool:
+    """Whether SIGINT's handler is `handler`; False where other code left it unreadable (on
+    3.11, `asyncio.run` that failed in its cleanup: the loaders run on, Ctrl-C stays theirs)."""
+    import signal
+
+    try:
+        return signal.getsignal(signal.SIGINT) is handler
+    except Exception:
+        return False
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:

@@ -71,6 +71,9 @@ class ThreadedEngine:
         try:
             self._start(spec, program, position, loop, prefetch)
         except BaseException:
+            if hasattr(self, "_workers"):  # started: nothing else would ever stop them
+                self.close()
+                raise
             program.release()  # the loader's operations, claimed: a later engine may run them
             if self._loop_thread is not None:
                 self._loop_thread.close()
@@ -191,9 +194,16 @@ def threaded_engine(
     with `device_put`; closed by Ctrl-C."""
     engine = ThreadedEngine(spec, position, loop, prefetch)
     wrapped: ThreadedEngine | DeviceEngine = engine
-    if spec.device_put is not None:
-        from aioloader._device.device_engine import DeviceEngine
+    try:
+        if spec.device_put is not None:
+            from aioloader._device.device_engine import DeviceEngine
 
-        wrapped = DeviceEngine(engine, spec.device_put)
-    interrupts.watch(wrapped)
+            wrapped = DeviceEngine(engine, spec.device_put)
+        interrupts.watch(wrapped)
+    except BaseException:
+        # The workers run already, and the caller never gets the engine to close: a device
+        # thread that could not start left them running for good, past any close().
+        interrupts.unwatch(wrapped)
+        wrapped.close()
+        raise
     return wrapped
