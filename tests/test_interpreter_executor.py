@@ -284,11 +284,24 @@ def test_the_traceback_from_the_subinterpreter_is_the_cause() -> None:
 
 
 @needs_subinterpreters
-def test_an_exception_that_cannot_be_rebuilt_arrives_by_name_and_message() -> None:
+def test_an_exception_that_does_not_unpickle_arrives_as_its_own_type() -> None:
+    """`except Picky` works with either executor: made from its class, `args` and the
+    attributes that pickle (its `__init__` takes two arguments: pickle calls it with one)."""
     got, error = drain(loader([ops.RaisesPicky()]))
     assert got == [0, 1, 2, 3]
+    assert type(error) is ops.Picky
+    assert str(error) == "picky about: 4"
+    assert error.element == 4
+    assert not hasattr(error, "lock")  # it does not pickle: left behind
+    assert "index=4, record_key=4" in notes(error)
+
+
+@needs_subinterpreters
+def test_an_exception_that_cannot_be_rebuilt_arrives_by_name_and_message() -> None:
+    got, error = drain(loader([ops.RaisesLocal()]))
+    assert got == [0, 1, 2, 3]
     assert type(error) is SubinterpreterError
-    assert str(error) == "tests.support.transforms.Picky: picky about: 4"
+    assert str(error) == "tests.support.transforms.Local: local about: 4"
     assert "index=4, record_key=4" in notes(error)
 
 

@@ -50,16 +50,27 @@ class RandomFailOn(RandomMapTransform):
 
 
 class Picky(Exception):
-    """An exception that cannot be rebuilt from its args, as pickle tries to."""
+    """An exception that cannot be rebuilt from its args, as pickle tries to, and holds a
+    lock (which does not pickle)."""
 
     def __init__(self, element: int, why: str) -> None:
         super().__init__(f"{why}: {element}")
+        self.element, self.lock = element, threading.Lock()
 
 
 class RaisesPicky(MapTransform):
     def map(self, element: Any) -> Any:
         if element == 4:
             raise Picky(element, "picky about")
+        return element
+
+
+class RaisesLocal(MapTransform):
+    """Raises an error of a class made in `map`: no module has it by its name."""
+
+    def map(self, element: Any) -> Any:
+        if element == 4:
+            raise type("Local", (Exception,), {})(f"local about: {element}")
         return element
 
 

@@ -21,6 +21,7 @@ exception in a transform.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import time
 import traceback
@@ -36,7 +37,9 @@ from aioloader._program.steps import Step
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 UNREADABLE = "unreadable"  # `serve`'s reply in place of the timings: the request did not unpickle there
-PackedError = tuple[bytes | None, str, list[str], str]
+# An error from a subinterpreter: pickled, its shape (see `_shape`), its description, notes
+# and traceback as text.
+PackedError = tuple[bytes | None, bytes | None, str, list[str], str]
 
 # This interpreter's own source and operations (by their index in `before`), set by `load`.
 _source: Any = None
@@ -167,7 +170,7 @@ def pickle_chunk(chunk: RecordChunk, contents: Callable[[RecordChunk], object], 
 
 
 def pack_error(error: BaseException) -> PackedError:
-    """`error` as it can cross: pickled if it pickles, and described as text."""
+    """`error` as it can cross: pickled if it pickles, its shape, and described as text."""
     try:
         blob: bytes | None = pickle.dumps(error, PROTOCOL)
     except BaseException:  # any: a `__reduce__` of the user's may raise anything
@@ -177,7 +180,29 @@ def pack_error(error: BaseException) -> PackedError:
     summary = traceback.TracebackException.from_exception(error)  # copes with a failing __str__
     summary.__notes__ = None  # the notes travel with the error itself
     notes = [_text(note) for note in getattr(error, "__notes__", None) or ()]
-    return blob, f"{name}: {_text(error)}", notes, "".join(summary.format())
+    return blob, _shape(error), f"{name}: {_text(error)}", notes, "".join(summary.format())
+
+
+def _shape(error: BaseException) -> bytes | None:
+    """The error's class (module and name), its `args` and the attributes that pickle: what
+    makes an error of the same type where the error itself does not unpickle (the common
+    `class MyError(Exception): def __init__(self, a, b)`, whose pickle calls it with one
+    argument, or one holding a lock). An argument that does not pickle crosses as its repr."""
+    kind = type(error)
+    try:
+        args = tuple(value if _pickles(value) else repr(value) for value in error.args)
+        state = {key: value for key, value in vars(error).items() if _pickles(value)}
+        return pickle.dumps((kind.__module__, kind.__qualname__, args, state), PROTOCOL)
+    except BaseException:  # the user's `args`, `__repr__` or `__dict__` may raise anything
+        return None
+
+
+def _pickles(value: object) -> bool:
+    try:
+        pickle.dumps(value, PROTOCOL)
+    except BaseException:
+        return False
+    return True
 
 
 def _text(value: object) -> str:
@@ -192,8 +217,8 @@ def unpack_error(packed: PackedError) -> BaseException:
     """The error that `pack_error` packed: itself if it unpickles here, else a
     `SubinterpreterError` with its type name, message and notes; its
     traceback in the subinterpreter is the `__cause__`."""
-    blob, description, notes, trace = packed
-    error = _unpickled(blob)
+    blob, shape, description, notes, trace = packed
+    error = _unpickled(blob) or _rebuilt(shape)
     if error is None:
         error = SubinterpreterError(description)
         for note in notes:
@@ -208,6 +233,26 @@ def _unpickled(blob: bytes | None) -> BaseException | None:
     except Exception:
         return None
     return error if isinstance(error, BaseException) else None
+
+
+def _rebuilt(shape: bytes | None) -> BaseException | None:
+    """An error of the class `_shape` names, with its `args` and attributes, made without
+    calling its `__init__`; None if the class cannot be found here."""
+    if shape is None:
+        return None
+    try:
+        module, qualname, args, state = pickle.loads(shape)
+        kind = importlib.import_module(module)
+        for part in qualname.split("."):
+            kind = getattr(kind, part)
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            return None
+        error: BaseException = kind.__new__(kind, *args)
+        error.args = args
+        vars(error).update(state)
+    except Exception:
+        return None
+    return error
 
 
 def failure_of(packed: PackedError | None) -> Failure | None:
