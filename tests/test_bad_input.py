@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -178,6 +179,23 @@ def test_the_copys_own_error_arrives_as_itself_with_the_operation_named(workers:
     with pytest.raises(ValueError, match="I shall not be pickled") as raised:
         [next(iterator) for _ in range(2)]
     assert "`operations[0]` (RefusesPickling.map) cannot be deep-copied" in notes(raised.value)
+
+
+class ForgetsToReturn(MapTransform):
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        copy.copy(self)  # and no `return`
+
+    def map(self, element: Any) -> Any:
+        return element
+
+
+def test_a_deepcopy_that_returns_no_copy_is_named() -> None:
+    """It was an AttributeError of None, naming nothing."""
+    iterator = iter(make(operations=[ForgetsToReturn()], worker_count=2))
+    with pytest.raises(
+        TypeError, match=r"`operations\[0\]` \(ForgetsToReturn.map\): copying it for a worker"
+    ):
+        [next(iterator) for _ in range(2)]
 
 
 def test_a_transform_that_opts_out_of_copies_is_shared() -> None:

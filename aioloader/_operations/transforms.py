@@ -193,6 +193,12 @@ class Operations(NamedTuple):
                     f"define __deepcopy__ returning self to share it.",
                 )
                 raise
+            if type(target) is not type(op.target):  # a `__deepcopy__` that forgot its `return`
+                raise TypeError(
+                    f"`{op.name}` ({op.what}): copying it for a worker thread gave "
+                    f"{type(target).__name__}, not a {type(op.target).__name__}; its __deepcopy__ "
+                    "must return a copy, or self to share it."
+                )
             return Op(op.kind, target, op.method, op.name, op.what, op.rng)
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
