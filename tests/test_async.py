@@ -13,6 +13,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
+from tests.support.outputs import notes
 from tests.support.transforms import SlowRecords
 
 
@@ -127,6 +128,29 @@ async def test_async_def_maps_run_on_the_loop() -> None:
     out = [x async for x in loader]
     assert out == [2 * x for x in range(30)]
     assert set(seen) == {threading.get_ident()}  # the loop's thread
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_async_map_that_returns_a_coroutine_unawaited_is_an_error(workers: int) -> None:
+    """Never a coroutine taken for data, as from `aget`."""
+
+    async def double(element: int) -> int:
+        return element * 2
+
+    async def forgets(element: int) -> Any:
+        return double(element) if element == 3 else element * 2
+
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 10),
+        sampler=IndexSampler(10, num_epochs=1),
+        operations=[forgets],
+        worker_count=workers,
+    )
+    got: list[int] = []
+    with pytest.raises(TypeError, match=r"returned an awaitable \(coroutine\), not an element") as raised:
+        got.extend(int(x) for x in loader)
+    assert got == [0, 2, 4]
+    assert "index=3, record_key=3" in notes(raised.value)
 
 
 def test_async_source_with_aget_many_is_used() -> None:

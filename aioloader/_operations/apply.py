@@ -244,7 +244,14 @@ async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:
 
     async def one(element: Any) -> Any:
         async with limit:
-            return await guarded(fn(element))
+            result = await guarded(fn(element))
+        if inspect.isawaitable(result):  # another's coroutine, returned unawaited: never data
+            getattr(result, "close", lambda: None)()  # never awaited: no warning about it
+            raise TypeError(
+                f"{op.label} returned an awaitable ({type(result).__name__}), not an element: "
+                "await it inside the map."
+            )
+        return result
 
     import asyncio
 
