@@ -553,6 +553,8 @@ GARBAGE: dict[str, tuple[Callable[[], Any], str]] = {
     "position-missing": (lambda: spoiled(lambda part: part.pop("position")), "no 'position'"),
     "version-string": (lambda: spoiled(setting("version", "2")), "version 2"),
     "version-3": (lambda: spoiled(setting("version", 3)), "version 2"),
+    "version-true": (lambda: spoiled(setting("version", True)), "version 2"),  # True == 1: it was version 1
+    "version-float": (lambda: spoiled(setting("version", 2.0)), "version 2"),
     "pipeline-list": (lambda: spoiled(setting("pipeline", [])), "no 'pipeline'"),
     "operations-string": (lambda: spoiled(setting("pipeline", "operations", "map")), "another operations"),
     "leftovers-one": (lambda: spoiled(setting("leftovers", [0])), r"\['leftovers'\]` must be a list of two"),

@@ -2520,3 +2520,34 @@ def test_a_users_node_that_skips_the_base_init_still_runs(workers: int) -> None:
         ds = ds.mp_prefetch(al.MultiprocessingOptions(num_workers=workers))
     assert list(ds) == [1, 11, 21, 31, 41, 51]
     assert [batch.tolist() for batch in NoParents().batch(4)] == [[0, 10, 20, 30], [40, 50]]
+
+
+class CallsItsOwnIterator:
+    """A map that, at element 5, calls `call` on the iterator running it."""
+
+    def __init__(self, call: str) -> None:
+        self.call, self.iterator = call, None
+
+    def __call__(self, x: int) -> int:
+        if x == 5:
+            if self.call == "next":
+                next(self.iterator)  # type: ignore[call-overload]
+            else:
+                self.iterator.set_state(self.iterator.get_state())  # type: ignore[attr-defined]
+        return x
+
+
+@pytest.mark.parametrize("call", ["next", "set_state"])
+@pytest.mark.parametrize("where", ["map-dataset", "iter-dataset"])
+def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_element(call: str, where: str) -> None:
+    """The failure closed the run that the `next()` outside was running: the data ended early
+    with no error (elements 1-4 lost too)."""
+    own = CallsItsOwnIterator(call)
+    dataset = al.MapDataset.range(20)
+    dataset = dataset.map(own) if where == "map-dataset" else dataset.to_iter_dataset().map(own)
+    iterator = iter(dataset)
+    own.iterator = iterator
+    got: list[int] = []
+    with pytest.raises(RuntimeError, match=rf"DatasetIterator.{call}\(\) was called from inside"):
+        got.extend(iterator)
+    assert got == [0, 1, 2, 3, 4]

@@ -335,15 +335,29 @@ class _Iterator(CheckpointableIterator, Generic[T]):
     """What both iterators share: the dataset, the current run, and the state."""
 
     _asynchronous = False
+    _busy = False  # a `next()` runs the pipeline (in the thread holding the turn)
 
     def __init__(self, dataset: IterDataset[T]) -> None:
         self._dataset = dataset
         self._parents: tuple[Any, ...] = ()
         self._holder = _Holder(_Run(dataset, self._asynchronous))
-        # Callers in several threads take turns, and `set_state` lands between two outputs
-        # (reentrant: a transformation may call it inside `next()` of an in-order stage).
+        # Callers in several threads take turns, and `set_state` lands between two outputs.
+        # An RLock for its owner: a transformation that calls `next()` or `set_state` inside
+        # `next()` is refused (see `_refuse_reentry`).
         self._turn = threading.RLock()
         weakref.finalize(self, _Holder.close, self._holder)
+
+    def _refuse_reentry(self, call: str) -> None:
+        """A RuntimeError if this thread is inside this iterator's `next()` already: the
+        pipeline's own code made the call. The failure it met would have closed the run
+        that the `next()` outside it was running: that `next()` ended the data early, with
+        no error. (The turn alone is no sign: a KeyboardInterrupt may leave it held.)"""
+        if self._busy and getattr(self._turn, "_is_owned")():  # noqa: B009 (no public name)
+            raise RuntimeError(
+                f"{type(self).__name__}.{call} was called from inside the same iterator's next(): by "
+                "a transformation or the data source of its own pipeline. Call it from outside "
+                "the pipeline, between two next() calls."
+            )
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,
@@ -373,6 +387,7 @@ class _Iterator(CheckpointableIterator, Generic[T]):
             raise TypeError(
                 f"{type(self).__name__} must define `set_state` (a DatasetIterator made from parents)."
             )
+        self._refuse_reentry("set_state()")
         with self._turn:  # after a `next()` running in another thread, never during it
             fresh = _Run(self._dataset, self._asynchronous)
             try:
@@ -421,8 +436,13 @@ class DatasetIterator(_Iterator[T]):
         return self
 
     def __next__(self) -> T:
+        self._refuse_reentry("next()")
         with self._turn:  # the in-order stages (a mix, a packer...) are one caller's at a time
-            item: T = self._holder.run.next()
+            try:
+                self._busy = True
+                item: T = self._holder.run.next()
+            finally:
+                self._busy = False
         return item
 
     def next(self) -> T:

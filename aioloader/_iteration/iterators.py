@@ -319,7 +319,10 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
     it). A worker may run that code before its engine is made (and known), while the
     consumer holds the turn: so the check comes after each wait, and once holding it."""
     turn = iterator._turn
-    if getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
+    # Inside: this thread holds the turn and the generator runs (not merely holds: a
+    # KeyboardInterrupt may leave the RLock held once, harmless to the thread that holds it).
+    running = getattr(iterator._outputs, "gi_running", False)
+    if running and getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
         raise _reentry(call, "inside the same iterator's next(), in the caller's thread")
     acquired = False
     while not acquired:
@@ -352,12 +355,14 @@ class DataLoaderIterator(itertools.chain[Any]):
     """
 
     _cursor: _Cursor[SyncEngine]
+    _outputs: Iterator[Iterator[Any]]  # the generator chain runs (see `_wait_turn`)
     _turn: threading.RLock
 
     def __new__(cls, spec: LoaderSpec) -> DataLoaderIterator:
         cursor: _Cursor[SyncEngine] = _Cursor(spec)
-        self = cast(DataLoaderIterator, cls.from_iterable(_each_outputs(cursor)))  # an instance of `cls`
-        self._cursor = cursor
+        outputs = _each_outputs(cursor)
+        self = cast(DataLoaderIterator, cls.from_iterable(outputs))  # an instance of `cls`
+        self._cursor, self._outputs = cursor, outputs
         # An RLock for its owner: a transform or source that calls `next()` or `set_state` runs
         # inside `next()` (at worker_count=0), and is refused (see `_wait_turn`).
         self._turn = threading.RLock()

@@ -114,7 +114,8 @@ def read_state(state: Any, pipeline: dict[str, Any]) -> Position:
     Raises ValueError naming what differs (sampler, data source, operations)
     or what is malformed.
     """
-    if not isinstance(state, dict) or state.get("version") not in (STATE_VERSION, _OLD_VERSION):
+    version = state.get("version") if isinstance(state, dict) else None
+    if type(version) is not int or version not in (STATE_VERSION, _OLD_VERSION):  # not True, nor 2.0
         raise ValueError(
             f"`state` must be a dict made by get_state() (version {STATE_VERSION}), got {state!r:.200}."
         )
