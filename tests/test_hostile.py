@@ -437,6 +437,31 @@ def test_a_sampler_longer_than_it_serves_fails_where_it_stops(workers: Workers, 
     assert "sampler[10] failed" in notes(error)
 
 
+class TextKeys:
+    """Keys "0", "1", ... into a dict source."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        return RecordMetadata(index=index, record_key=str(index), rng=None)  # type: ignore[arg-type]
+
+
+def test_a_text_key_is_quoted_in_the_note() -> None:
+    """record_key=3 would name the int 3, another record of another sampler."""
+
+    def fails_on_3(x: int) -> int:
+        if x == 3:
+            raise ValueError("bad")
+        return x
+
+    source = {str(k): k for k in range(6)}
+    loader = DataLoader(data_source=source, sampler=TextKeys(), operations=[fails_on_3])
+    got, error = collect(loader, False)
+    assert got == [0, 1, 2]
+    assert "index=3, record_key='3'" in notes(error)
+
+
 # 3. States from other pipelines, or from nowhere.
 
 

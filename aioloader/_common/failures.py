@@ -34,10 +34,12 @@ class Failure(NamedTuple):
     error: BaseException
 
     @classmethod
-    def at_record(cls, error: BaseException, what: str, index: int, key: int | None) -> Failure:
-        """An error of `what` (a read, or an operation's label) on one record."""
+    def at_record(cls, error: BaseException, what: str, index: int, key: object) -> Failure:
+        """An error of `what` (a read, or an operation's label) on one record (a text key
+        quoted: a user's sampler's key "0" is not the int 0)."""
         error = stray_stop(error, what)
-        note(error, f"aioloader: {what} failed on the record with index={index}, record_key={key}")
+        shown = repr(key) if isinstance(key, str | bytes) else key
+        note(error, f"aioloader: {what} failed on the record with index={index}, record_key={shown}")
         return cls(error)
 
     @classmethod
