@@ -231,7 +231,8 @@ class _Pack:
                 rows[row].append(element[key])
 
     def rows(self) -> list[Row]:
-        """The rows that hold something, as dicts in Grain's format."""
+        """The rows that hold something, as dicts in Grain's format (keys sorted at every
+        level, as Grain's tree functions give them)."""
         filled = int(np.count_nonzero(self.count))
         rows: list[Row] = []
         for r in range(filled):
@@ -243,8 +244,12 @@ class _Pack:
                 if self.layout.is_sequence(key):
                     row[f"{key}_segment_ids"] = self.segment_ids[key][r]
                     row[f"{key}_positions"] = self.positions[key][r]
-            rows.append(row)
+            rows.append(_sorted(row))
         return rows
+
+
+def _sorted(row: Row) -> Row:
+    return {key: _sorted(value) if isinstance(value, dict) else value for key, value in sorted(row.items())}
 
 
 @dataclass(frozen=True)
