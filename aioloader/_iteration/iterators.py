@@ -324,11 +324,14 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
     running = getattr(iterator._outputs, "gi_running", False)
     if running and getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
         raise _reentry(call, "inside the same iterator's next(), in the caller's thread")
+    serving = working_for()
+    if serving is None:  # not a worker thread (the consumer's): nothing more to check
+        return
     acquired = False
     while not acquired:
         acquired = turn.acquire(timeout=TURN_CHECK_SECONDS)
         engine = iterator._cursor.holder.engine
-        if engine is not None and working_for() is getattr(engine, "scheduler", None) is not None:
+        if engine is not None and serving is getattr(engine, "scheduler", None):
             if acquired:
                 turn.release()
             raise _reentry(call, "one of the same iterator's worker threads")
