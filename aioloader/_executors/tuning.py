@@ -33,14 +33,14 @@ outputs they made while the consumer started come at once: they would make
 one worker look as fast as two); from the consumer's thread ("auto"), nothing
 was made ahead, and the first phase counts. Once the rate has settled (two
 phases at the level, the last not `RISING` times faster than the one
-before), the tuner tries a neighbouring level for up to two phases
-(`_neighbours`: from workers, one more, one fewer, the consumer's thread;
-from the consumer's thread, the workers it left and one more, since one
-worker may lose to it where two win; of these, the one measured longest
-ago) and keeps it if its better phase delivered at least `MARGIN` times
-faster than the better of the last two phases before (a trial that
-delivers at less than `LOSING` of that rate ends after `EARLY` of a phase,
-but for the first phase of new threads); after such
+before), the tuner tries a neighbouring level for a phase, two for new
+threads or the consumer's thread (`_neighbours`: from workers, one more,
+one fewer, the consumer's thread; from the consumer's thread, the workers
+it left and one more, since one worker may lose to it where two win; of
+these, the one measured longest ago) and keeps it if its better phase
+delivered at least `MARGIN` times faster than the better of the last two
+phases before (a trial that delivers at less than `LOSING` of that rate
+ends after `EARLY` of a phase, but for the first phase of new threads); after such
 a win, the next trial comes as soon as the rate has settled (climbing is
 quick). A trial that lost doubles the phases before the next one, whichever
 level that tries (`FIRST_HOLD`, then up to `MAX_HOLD`: a few seconds): one
@@ -91,7 +91,6 @@ MAX_HOLD = 128  # the most phases between two trials
 MARGIN = 1.1  # a trial must deliver this much faster to change the level
 LOSING = 0.5  # ... and one this much slower after `EARLY` of a phase ends there
 EARLY = 0.25
-TRIAL_PHASES = 2  # a trial that neither wins nor clearly loses runs this many phases
 RISING = 1.1  # a phase this much faster than the one before: the rate still rises, no trial yet
 WAITING = 0.1  # the consumer waited less than this share of a phase: the loader keeps up
 PARALLEL = 1.5  # cores the workers' chunks ran on at once ...
@@ -143,6 +142,7 @@ class Tuner:
             scheduler.run_inline(True)
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
         self._trial_starts_threads = False  # its first phase then runs whole (see `_clearly_losing`)
+        self._trial_phases = 1  # the most phases the trial runs (see `_judge`)
         # The phases measured, the last one measured at each level (-1: none yet), the
         # phases until the next trial (the first as soon as the rate has settled after the
         # warm-up: runs may be short) and the hold the last trial that lost set.
@@ -235,17 +235,20 @@ class Tuner:
         """End a trial: keep its level if it delivered `MARGIN` times faster (and try the next
         at once), else go back and wait twice as long as last time before the next trial.
 
-        A trial that neither wins at once nor is `losing` clearly runs a second phase and is
-        judged by the faster, as the level it left is (the faster of its last two): one
-        phase against the better of two loses to noise alone. A new thread may start late
-        (on 3.13t, tens of milliseconds on a busy machine: one phase without it lost a trial
-        that won by 1.8 times later), and on a busy machine one phase of the consumer's
-        thread, at 0.96 of the workers' better phase, lost a trial it would have won by 1.5
-        times (3.11, NumPy images: the run then kept the workers for 55 phases)."""
+        A trial of new threads or of the consumer's thread that neither wins at once nor is
+        `losing` clearly runs a second phase and is judged by the faster, as the level it
+        left is (the faster of its last two). A new thread may start late (on 3.13t, tens
+        of milliseconds on a busy machine: one phase without it lost a trial that won by
+        1.8 times later); on a busy machine one phase of the consumer's thread, at 0.96 of
+        the workers' better phase, lost a trial it would have won by 1.5 times (3.11, NumPy
+        images: the run then kept the slower workers for 55 phases). Workers that wait
+        (tried again from the consumer's thread) get one phase: where they lose, they lose
+        narrowly and often (trivial records on 3.13t: two phases at 0.9 of its rate, each
+        trial, cost "auto" a tenth of its rate)."""
         assert self._trial is not None
         before, before_rate = self._trial
         won = rate >= before_rate * MARGIN
-        if not won and not losing and len(self._rates) < TRIAL_PHASES:
+        if not won and not losing and len(self._rates) < self._trial_phases:
             return  # one more phase
         self._trial = None
         if won:
@@ -271,6 +274,7 @@ class Tuner:
                 return
             self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
             self._trial_starts_threads = level > self._workers.count()
+            self._trial_phases = 2 if level == 0 or self._trial_starts_threads else 1
             self._set(level)
 
     def _workers_may_start(self) -> bool:
