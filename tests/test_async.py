@@ -153,6 +153,36 @@ def test_an_async_map_that_returns_a_coroutine_unawaited_is_an_error(workers: in
     assert "index=3, record_key=3" in notes(raised.value)
 
 
+def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record() -> None:
+    """It waited for the turn that the `__anext__` awaiting it held: a hang. (With workers,
+    their segments' tasks start from the workers' threads: that case still waits.)"""
+    own: dict[str, Any] = {}
+
+    async def calls_its_iterator(element: int) -> int:
+        if element == 5:
+            await anext(own["iterator"])
+        return element
+
+    async def run() -> list[int]:
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 20),
+            sampler=IndexSampler(20, num_epochs=1),
+            operations=[calls_its_iterator],
+        )
+        got: list[int] = []
+        own["iterator"] = iterator = aiter(loader)
+
+        async def take() -> None:
+            async for x in iterator:
+                got.append(int(x))
+
+        with pytest.raises(RuntimeError, match="was called from inside the same iterator's __anext__"):
+            await take()
+        return got
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+
+
 def test_async_source_with_aget_many_is_used() -> None:
     class Remote:
         def __init__(self) -> None:

@@ -20,6 +20,7 @@ takes the same lock, so that it never lands in the middle of a `next()`.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import operator
 import threading
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
 
 _EMPTY: list[Any] = []
 _chain_next = itertools.chain.__next__
+# The async iterators whose `__anext__` this context (a task, and the tasks it starts) runs.
+_ADVANCING: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "aioloader_advancing", default=()
+)
 TURN_CHECK_SECONDS = 0.05  # how often a call waiting for the iterator's turn checks where it came from
 
 
@@ -550,11 +555,22 @@ class AsyncDataLoaderIterator:
 
     async def _advance(self) -> Any:
         self._check_loop()  # before taking an output: under another loop, none is taken
+        if id(self) in _ADVANCING.get():
+            # Awaited by the pipeline's own `async def` code (its tasks inherit this
+            # context): it would wait for the turn that the `__anext__` awaiting it holds.
+            raise RuntimeError(
+                "AsyncDataLoaderIterator.__anext__ was called from inside the same iterator's "
+                "__anext__: by an async def transform or source of its own pipeline. Call it from "
+                "outside the pipeline, between two outputs."
+            )
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
+            advancing = _ADVANCING.set((*_ADVANCING.get(), id(self)))
             try:
                 return next(self._cursor.current)  # what the task before this one loaded
             except StopIteration:
                 return await self._advance_in_turn()
+            finally:
+                _ADVANCING.reset(advancing)
 
     async def _advance_in_turn(self) -> Any:
         cursor = self._cursor
