@@ -20,6 +20,7 @@ pool's `map`.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -105,6 +106,17 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         if task is not None and task.cancelling() == 0:  # nobody cancelled it: the code raised it
             raise Interrupt(error) from error
         raise
+
+
+def unawaited(value: Any) -> bool:
+    """True if `value`, which user code gave as data (a record, an element, a filter's
+    answer), is an awaitable it did not await; a coroutine is closed, so that its collection
+    warns of nothing."""
+    if not inspect.isawaitable(value):
+        return False
+    if inspect.iscoroutine(value):
+        value.close()
+    return True
 
 
 def not_data(result: Any) -> bool:

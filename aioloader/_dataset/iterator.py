@@ -34,7 +34,7 @@ from aioloader._dataset.stages import Plan, Settings, Stage, as_stage
 from aioloader._dataset.with_options import compiling_with, pipeline_options
 from aioloader._device.device_put import DevicePut
 from aioloader._device.handoff import Handoff
-from aioloader._iteration.iterators import AsyncDataLoaderIterator, position_of
+from aioloader._iteration.iterators import AsyncDataLoaderIterator, position_of, reentry
 from aioloader._iteration.state import CheckpointableIterator
 from aioloader._observability.statistics import LoaderStatistics
 
@@ -353,11 +353,7 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         that the `next()` outside it was running: that `next()` ended the data early, with
         no error. (The turn alone is no sign: a KeyboardInterrupt may leave it held.)"""
         if self._busy and getattr(self._turn, "_is_owned")():  # noqa: B009 (no public name)
-            raise RuntimeError(
-                f"{type(self).__name__}.{call} was called from inside the same iterator's next(): by "
-                "a transformation or the data source of its own pipeline. Call it from outside "
-                "the pipeline, between two next() calls."
-            )
+            raise reentry(f"{type(self).__name__}.{call}", "inside the same iterator's next()")
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,

@@ -142,7 +142,6 @@ class Tuner:
             scheduler.run_inline(True)
         self._trial: tuple[int, float] | None = None  # (the level it left, that level's last rate)
         self._trial_starts_threads = False  # its first phase then runs whole (see `_clearly_losing`)
-        self._trial_phases = 1  # the most phases the trial runs (see `_judge`)
         # The phases measured, the last one measured at each level (-1: none yet), the
         # phases until the next trial (the first as soon as the rate has settled after the
         # warm-up: runs may be short) and the hold the last trial that lost set.
@@ -248,7 +247,8 @@ class Tuner:
         assert self._trial is not None
         before, before_rate = self._trial
         won = rate >= before_rate * MARGIN
-        if not won and not losing and len(self._rates) < self._trial_phases:
+        phases = 2 if self.level == 0 or self._trial_starts_threads else 1  # at most (see above)
+        if not won and not losing and len(self._rates) < phases:
             return  # one more phase
         self._trial = None
         if won:
@@ -274,7 +274,6 @@ class Tuner:
                 return
             self._trial = (self.level, max(self._rates))  # a phase slowed by chance is no baseline
             self._trial_starts_threads = level > self._workers.count()
-            self._trial_phases = 2 if level == 0 or self._trial_starts_threads else 1
             self._set(level)
 
     def _workers_may_start(self) -> bool:

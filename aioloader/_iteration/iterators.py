@@ -316,8 +316,9 @@ def state_at(iterator: DataLoaderIterator | AsyncDataLoaderIterator, position: P
 
 
 def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
-    """Return once the iterator's turn is free (the caller then takes it); a RuntimeError if
-    the pipeline's own code (a transform, a source) made this call: in the caller's thread,
+    """A RuntimeError if the pipeline's own code (a transform, a source) made this call, else
+    return (for a worker thread of some loader, once the turn is free; the caller then takes
+    it): in the caller's thread,
     inside the iterator's `next()` (entered again, `itertools.chain` drops the generator it
     is running: a crash of the interpreter; a `set_state` there ended the iteration early,
     silently), or in one of its workers (which would wait for the `next()` that waits for
@@ -328,7 +329,9 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
     # KeyboardInterrupt may leave the RLock held once, harmless to the thread that holds it).
     running = getattr(iterator._outputs, "gi_running", False)
     if running and getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
-        raise _reentry(call, "inside the same iterator's next(), in the caller's thread")
+        raise reentry(
+            f"DataLoaderIterator.{call}", "inside the same iterator's next(), in the caller's thread"
+        )
     serving = working_for()
     if serving is None:  # not a worker thread (the consumer's): nothing more to check
         return
@@ -339,14 +342,15 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
         if engine is not None and serving is getattr(engine, "scheduler", None):
             if acquired:
                 turn.release()
-            raise _reentry(call, "one of the same iterator's worker threads")
+            raise reentry(f"DataLoaderIterator.{call}", "one of the same iterator's worker threads")
     turn.release()
 
 
-def _reentry(call: str, where: str) -> RuntimeError:
+def reentry(call: str, where: str) -> RuntimeError:
+    """The error of an iterator's `call` made by the code of its own pipeline, from `where`."""
     return RuntimeError(
-        f"DataLoaderIterator.{call} was called from {where}: by a transform or the data source "
-        "of its own pipeline. Call it from outside the pipeline, between two next() calls."
+        f"{call} was called from {where}: by a transform or the data source of its own "
+        "pipeline. Call it from outside the pipeline, between two outputs."
     )
 
 
@@ -558,11 +562,7 @@ class AsyncDataLoaderIterator:
         if id(self) in _ADVANCING.get():
             # Awaited by the pipeline's own `async def` code (its tasks inherit this
             # context): it would wait for the turn that the `__anext__` awaiting it holds.
-            raise RuntimeError(
-                "AsyncDataLoaderIterator.__anext__ was called from inside the same iterator's "
-                "__anext__: by an async def transform or source of its own pipeline. Call it from "
-                "outside the pipeline, between two outputs."
-            )
+            raise reentry("AsyncDataLoaderIterator.__anext__", "inside the same iterator's __anext__")
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             advancing = _ADVANCING.set((*_ADVANCING.get(), id(self)))
             try:

@@ -73,10 +73,10 @@ class ThreadedEngine:
         except BaseException:
             if hasattr(self, "_workers"):  # started: nothing else would ever stop them
                 self.close()
-                raise
-            program.release()  # the loader's operations, claimed: a later engine may run them
-            if self._loop_thread is not None:
-                self._loop_thread.close()
+            else:
+                program.release()  # the loader's operations, claimed: a later engine may run them
+                if self._loop_thread is not None:
+                    self._loop_thread.close()
             raise
 
     def _start(

@@ -23,14 +23,13 @@ silently drop every element.
 from __future__ import annotations
 
 import abc
-import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs, guarded, not_data
+from aioloader._common.calls import NEVER, Shutdown, call_each, call_pairs, guarded, not_data, unawaited
 from aioloader._common.failures import Failure
 from aioloader._observability.filtering import FilterWindows
 from aioloader._operations.transforms import Kind, Op
@@ -229,8 +228,7 @@ def filter_verdict(verdict: Any, what: str) -> bool:
         raise TypeError(
             f"{what} returned None, which is no answer: a forgotten `return`? Return True to keep."
         )
-    if inspect.isawaitable(verdict):  # true as an object: it would keep every element
-        getattr(verdict, "close", lambda: None)()  # never awaited: no warning about it
+    if unawaited(verdict):  # true as an object: it would keep every element
         raise TypeError(
             f"{what} returned an awaitable ({type(verdict).__name__}), which is no answer: a "
             "filter must answer at once (only maps may be `async def`)."
@@ -245,8 +243,7 @@ async def apply_async(op: Op, run: Run, limit: asyncio.Semaphore) -> None:
     async def one(element: Any) -> Any:
         async with limit:
             result = await guarded(fn(element))
-        if inspect.isawaitable(result):  # another's coroutine, returned unawaited: never data
-            getattr(result, "close", lambda: None)()  # never awaited: no warning about it
+        if unawaited(result):  # another's coroutine, returned unawaited: never data
             raise TypeError(
                 f"{op.label} returned an awaitable ({type(result).__name__}), not an element: "
                 "await it inside the map."

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioloader._common.calls import NEVER, Interrupt, Shutdown, call_each, checked, guarded, not_data
+from aioloader._common.calls import (
+    NEVER,
+    Interrupt,
+    Shutdown,
+    call_each,
+    checked,
+    guarded,
+    not_data,
+    unawaited,
+)
 from aioloader._common.failures import Failure
 from aioloader._operations.apply import Run
 from aioloader._sampling.metadata import make_rng
@@ -115,9 +123,9 @@ def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any, a
         )
         chunk.fail(0, error, what)
         return
-    unawaited = _unawaited(found, source, method) if awaited else None
-    if unawaited is not None:
-        chunk.fail(0, unawaited, what)
+    refused = _unawaited(found, source, method) if awaited else None
+    if refused is not None:
+        chunk.fail(0, refused, what)
         return
     chunk.items = found
 
@@ -143,9 +151,9 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
     async def one(key: int) -> Any:
         async with limit:
             record = await guarded(source.aget(key))
-        unawaited = _unawaited([record], source, "aget")
-        if unawaited is not None:
-            raise unawaited
+        refused = _unawaited([record], source, "aget")
+        if refused is not None:
+            raise refused
         return record
 
     import asyncio
@@ -164,10 +172,7 @@ def _unawaited(records: list[Any], source: Any, method: str) -> TypeError | None
     """A TypeError if one of `records` is an awaitable (a coroutine that `method` returned
     unawaited): never a coroutine taken for data. Each such coroutine is closed, so that
     its collection warns of nothing."""
-    awaitables = [record for record in records if inspect.isawaitable(record)]
-    for record in awaitables:
-        if inspect.iscoroutine(record):
-            record.close()
+    awaitables = [record for record in records if unawaited(record)]
     if not awaitables:
         return None
     return TypeError(
