@@ -153,9 +153,10 @@ def test_an_async_map_that_returns_a_coroutine_unawaited_is_an_error(workers: in
     assert "index=3, record_key=3" in notes(raised.value)
 
 
-def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record() -> None:
-    """It waited for the turn that the `__anext__` awaiting it held: a hang. (With workers,
-    their segments' tasks start from the workers' threads: that case still waits.)"""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record(workers: int) -> None:
+    """It waited for the turn that the `__anext__` awaiting it held (at `worker_count=0`), or
+    for outputs that only its own task would make (with workers): a hang."""
     own: dict[str, Any] = {}
 
     async def calls_its_iterator(element: int) -> int:
@@ -168,6 +169,7 @@ def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record() -> N
             data_source=RangeDataSource(0, 20),
             sampler=IndexSampler(20, num_epochs=1),
             operations=[calls_its_iterator],
+            worker_count=workers,
         )
         got: list[int] = []
         own["iterator"] = iterator = aiter(loader)
@@ -176,11 +178,41 @@ def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record() -> N
             async for x in iterator:
                 got.append(int(x))
 
-        with pytest.raises(RuntimeError, match="was called from inside the same iterator's __anext__"):
-            await take()
+        with pytest.raises(
+            RuntimeError, match=r"AsyncDataLoaderIterator.__anext__ was called from"
+        ) as raised:
+            await asyncio.wait_for(take(), 60)
+        assert "index=5, record_key=5" in notes(raised.value)
         return got
 
     assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("call", ["next", "set_state"])
+def test_an_async_map_calling_its_own_sync_iterator_is_an_error_at_its_record(call: str) -> None:
+    """`for` with workers awaits `async def` maps on a loop thread of its own; a `next()` there
+    waited for the output that the map itself was making."""
+    own: dict[str, Any] = {}
+
+    async def calls_its_iterator(element: int) -> int:
+        if element == 5:
+            iterator = own["iterator"]
+            next(iterator) if call == "next" else iterator.set_state(own["state"])
+        return element
+
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 20),
+        sampler=IndexSampler(20, num_epochs=1),
+        operations=[calls_its_iterator],
+        worker_count=2,
+    )
+    got: list[int] = []
+    with iter(loader) as iterator:
+        own["iterator"], own["state"] = iterator, iterator.get_state()
+        with pytest.raises(RuntimeError, match=f"DataLoaderIterator.{call}\\(\\) was called from") as raised:
+            got.extend(int(x) for x in iterator)
+    assert got == [0, 1, 2, 3, 4]
+    assert "index=5, record_key=5" in notes(raised.value)
 
 
 def test_async_source_with_aget_many_is_used() -> None:

@@ -13,6 +13,7 @@ naming the parameter (7). Most run over `worker_count` 0, 2 and "auto", with `fo
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import inspect
 import json
@@ -1516,6 +1517,34 @@ def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_record(
             got.extend(int(x) for x in iterator)
     assert got == [0, 1, 2, 3, 4]
     assert "index=5, record_key=5" in notes(raised.value)
+
+
+_USER_VARIABLE: contextvars.ContextVar[str] = contextvars.ContextVar("user_variable", default="unset")
+
+
+@repeated
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_pipelines_threads_see_the_context_of_the_thread_that_iterates(
+    workers: Workers, repeat: int
+) -> None:
+    """Worker and read threads copy the context of the `next()` that starts them (as an
+    `async def` transform's task does), so a transform reads the caller's context variables."""
+
+    def reads_the_variable(x: int) -> tuple[int, str]:
+        return x, _USER_VARIABLE.get()
+
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 50),
+        sampler=IndexSampler(50, num_epochs=1),
+        operations=[reads_the_variable],
+        worker_count=workers,
+    )
+    token = _USER_VARIABLE.set("set by the caller")
+    try:
+        got = [(int(x), str(seen)) for x, seen in loader]
+    finally:
+        _USER_VARIABLE.reset(token)
+    assert got == [(x, "set by the caller") for x in range(50)]
 
 
 def test_operations_from_an_iterator_are_taken_as_a_list_as_grain_takes_them() -> None:

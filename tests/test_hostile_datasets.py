@@ -2551,3 +2551,30 @@ def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_element(call: st
     with pytest.raises(RuntimeError, match=rf"DatasetIterator.{call}\(\) was called from inside"):
         got.extend(iterator)
     assert got == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("call", ["next", "set_state"])
+@pytest.mark.parametrize("where", ["mp_prefetch", "thread-prefetch", "thread-prefetch-after-map"])
+def test_a_pipeline_thread_calling_its_own_iterator_is_an_error_at_its_element(call: str, where: str) -> None:
+    """From a worker or a prefetch thread the call waited for the turn that the consumer's
+    `next()` held, itself waiting for that thread: a hang."""
+    own = CallsItsOwnIterator(call)
+    dataset: Any
+    if where == "mp_prefetch":
+        dataset = al.MapDataset.range(20).map(own).to_iter_dataset()
+        dataset = dataset.mp_prefetch(al.MultiprocessingOptions(num_workers=2))
+    elif where == "thread-prefetch":
+        dataset = al.MapDataset.range(20).map(own).to_iter_dataset()
+        dataset = al.experimental.ThreadPrefetchIterDataset(dataset, prefetch_buffer_size=4)
+    else:
+        dataset = al.MapDataset.range(20).to_iter_dataset().map(own)
+        dataset = al.experimental.ThreadPrefetchIterDataset(dataset, prefetch_buffer_size=4)
+    iterator = iter(dataset)
+    own.iterator = iterator
+    got: list[int] = []
+    with pytest.raises(RuntimeError, match=rf"DatasetIterator.{call}\(\) was called from a thread") as raised:
+        got.extend(iterator)
+    assert got == [0, 1, 2, 3, 4]
+    assert "CallsItsOwnIterator) failed on the" in notes_of(raised.value)
+    assert "index=5" in notes_of(raised.value) or "index 5" in notes_of(raised.value)
+    iterator.close()

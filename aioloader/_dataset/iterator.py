@@ -17,6 +17,7 @@ The state is `{"version": 1, "dataset": <the pipeline's state>}`: small JSON, th
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import threading
@@ -26,6 +27,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from aioloader._common.cancellation import Unraised, cancelling
+from aioloader._common.contexts import in_this_context
 from aioloader._common.turns import TaskTurns
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
@@ -101,7 +103,10 @@ def start_producer(
     """A started daemon thread `{name}-{n}` that runs `stage` into `handoff` (`Background`'s,
     and `ThreadPrefetchIterDataset`'s)."""
     thread = threading.Thread(
-        target=_produce, args=(stage, device_put, handoff), name=f"{name}-{next(_names)}", daemon=True
+        target=in_this_context(_produce),
+        args=(stage, device_put, handoff),
+        name=f"{name}-{next(_names)}",
+        daemon=True,
     )
     thread.start()
     return thread
@@ -331,6 +336,11 @@ class _Holder:
         self.run.close()
 
 
+# The iterators whose `next()` (or `start_prefetch()`) this context runs: a thread they start
+# copies it (see `_common/contexts`), and its calls of them are refused (`_refuse_reentry`).
+_SERVED: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("aioloader_served", default=())
+
+
 class _Iterator(CheckpointableIterator, Generic[T]):
     """What both iterators share: the dataset, the current run, and the state."""
 
@@ -348,12 +358,16 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         weakref.finalize(self, _Holder.close, self._holder)
 
     def _refuse_reentry(self, call: str) -> None:
-        """A RuntimeError if this thread is inside this iterator's `next()` already: the
-        pipeline's own code made the call. The failure it met would have closed the run
-        that the `next()` outside it was running: that `next()` ended the data early, with
-        no error. (The turn alone is no sign: a KeyboardInterrupt may leave it held.)"""
-        if self._busy and getattr(self._turn, "_is_owned")():  # noqa: B009 (no public name)
+        """A RuntimeError if the pipeline's own code made the call: in this thread, inside
+        this iterator's `next()` (the failure it met would have closed the run that the
+        `next()` outside it was running: the data ended early, with no error), or in a
+        thread that this iterator's `next()` started (it waited for the turn that `next()`
+        holds, waiting for it). (The turn alone is no sign: a KeyboardInterrupt may leave it
+        held.)"""
+        if self._busy and self._turn._is_owned():  # type: ignore[attr-defined]
             raise reentry(f"{type(self).__name__}.{call}", "inside the same iterator's next()")
+        if id(self) in _SERVED.get():
+            raise reentry(f"{type(self).__name__}.{call}", "a thread of the same iterator's pipeline")
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable state: `set_state` on an iterator of the same pipeline,
@@ -365,7 +379,11 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         restore the iterator, start it, then restore the model). Idempotent; never
         changes the outputs; see `DataLoaderIterator.start_prefetch`."""
         with self._turn:
-            self._holder.run.start_prefetch()
+            served = _SERVED.set((*_SERVED.get(), id(self)))  # the threads it starts serve this one
+            try:
+                self._holder.run.start_prefetch()
+            finally:
+                _SERVED.reset(served)
 
     def statistics(self) -> list[LoaderStatistics]:
         """The figures of each parallel part (a `to_iter_dataset` and the maps, filters
@@ -434,11 +452,13 @@ class DatasetIterator(_Iterator[T]):
     def __next__(self) -> T:
         self._refuse_reentry("next()")
         with self._turn:  # the in-order stages (a mix, a packer...) are one caller's at a time
+            served = _SERVED.set((*_SERVED.get(), id(self)))  # what the threads it starts serve
             try:
                 self._busy = True
                 item: T = self._holder.run.next()
             finally:
                 self._busy = False
+                _SERVED.reset(served)
         return item
 
     def next(self) -> T:

@@ -15,6 +15,7 @@ import itertools
 import threading
 
 from aioloader._common.calls import Interrupt
+from aioloader._executors.threads import serve
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Place, Work
 
@@ -49,6 +50,7 @@ class AsyncSegments:
 
     async def _run(self, work: Work) -> None:
         program, scheduler = self._scheduler.program, self._scheduler
+        serve(scheduler)  # this task's own context: a `next()` or `anext()` from it is refused
         try:
             while work.place(program) is Place.LOOP:
                 await work.await_segment(program)

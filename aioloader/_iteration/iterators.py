@@ -26,7 +26,7 @@ import operator
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, cast
 
@@ -327,8 +327,7 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
     turn = iterator._turn
     # Inside: this thread holds the turn and the generator runs (not merely holds: a
     # KeyboardInterrupt may leave the RLock held once, harmless to the thread that holds it).
-    running = getattr(iterator._outputs, "gi_running", False)
-    if running and getattr(turn, "_is_owned")():  # noqa: B009 (an RLock knows its owner; no public name)
+    if iterator._outputs.gi_running and turn._is_owned():  # type: ignore[attr-defined]
         raise reentry(
             f"DataLoaderIterator.{call}", "inside the same iterator's next(), in the caller's thread"
         )
@@ -367,7 +366,7 @@ class DataLoaderIterator(itertools.chain[Any]):
     """
 
     _cursor: _Cursor[SyncEngine]
-    _outputs: Iterator[Iterator[Any]]  # the generator chain runs (see `_wait_turn`)
+    _outputs: Generator[Iterator[Any], None, None]  # the generator chain runs (see `_wait_turn`)
     _turn: threading.RLock
 
     def __new__(cls, spec: LoaderSpec) -> DataLoaderIterator:
@@ -390,7 +389,9 @@ class DataLoaderIterator(itertools.chain[Any]):
     def __next__(self) -> Any:
         cursor = self._cursor
         taken_from, left = None, 0
-        _wait_turn(self, "next()")
+        # Perhaps the pipeline's own code (see `_wait_turn`); else nothing to check.
+        if self._outputs.gi_running or working_for() is not None:  # type: ignore[attr-defined]
+            _wait_turn(self, "next()")
         try:
             with self._turn:  # callers in several threads take turns (see the module docstring)
                 taken_from = cursor.current
@@ -484,7 +485,7 @@ class DataLoaderIterator(itertools.chain[Any]):
         self.close()
 
 
-def _each_outputs(cursor: _Cursor[SyncEngine]) -> Iterator[Iterator[Any]]:
+def _each_outputs(cursor: _Cursor[SyncEngine]) -> Generator[Iterator[Any], None, None]:
     """An iterator over the items of each `Outputs`, in order, for `chain.from_iterable`.
 
     A failure is raised once the items of its `Outputs` have all been delivered.
@@ -563,6 +564,10 @@ class AsyncDataLoaderIterator:
             # Awaited by the pipeline's own `async def` code (its tasks inherit this
             # context): it would wait for the turn that the `__anext__` awaiting it holds.
             raise reentry("AsyncDataLoaderIterator.__anext__", "inside the same iterator's __anext__")
+        serving = working_for()
+        if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
+            # A task of its workers' `async def` code: it would wait for outputs it makes.
+            raise reentry("AsyncDataLoaderIterator.__anext__", "one of the same iterator's worker tasks")
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             advancing = _ADVANCING.set((*_ADVANCING.get(), id(self)))
             try:

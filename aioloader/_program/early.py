@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 
+from aioloader._common.contexts import in_this_context
 from aioloader._program.read_pool import ReadPool
 from aioloader._program.records import RecordChunk, read
 
@@ -29,7 +30,7 @@ class EarlyRead:
         self._pool = ReadPool(threads)
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._read, args=(source,), name="aioloader-prefetch", daemon=True
+            target=in_this_context(self._read), args=(source,), name="aioloader-prefetch", daemon=True
         )
         self._thread.start()
 

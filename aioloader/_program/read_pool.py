@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aioloader._common.calls import Stopped
+from aioloader._common.contexts import in_this_context
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
@@ -178,7 +179,7 @@ class ReadPool:
             if self._closed or len(self._readers) >= self._threads:
                 return
             thread = threading.Thread(
-                target=self._serve, name=f"aioloader-read-{len(self._readers)}", daemon=True
+                target=in_this_context(self._serve), name=f"aioloader-read-{len(self._readers)}", daemon=True
             )
             self._readers.append(thread)
             try:  # under the lock, so that `close` never joins a thread not started
