@@ -215,6 +215,43 @@ def test_an_async_map_calling_its_own_sync_iterator_is_an_error_at_its_record(ca
     assert "index=5, record_key=5" in notes(raised.value)
 
 
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_a_map_calling_set_state_of_its_own_async_iterator_is_an_error_at_its_record(workers: Any) -> None:
+    """It restarted the run under the `__anext__` running it: at `worker_count=0` the data
+    repeated forever, with workers it repeated or ended early, silently."""
+    own: dict[str, Any] = {}
+
+    def restarts(element: int) -> int:
+        if element == 5:
+            own["iterator"].set_state(own["state"])
+        return element
+
+    async def run() -> list[int]:
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 20),
+            sampler=IndexSampler(20, num_epochs=1),
+            operations=[restarts],
+            worker_count=workers,
+        )
+        got: list[int] = []
+        iterator = aiter(loader)
+        own["iterator"], own["state"] = iterator, iterator.get_state()
+
+        async def take() -> None:
+            async for x in iterator:
+                got.append(int(x))
+
+        with pytest.raises(
+            RuntimeError, match=r"AsyncDataLoaderIterator.set_state\(\) was called from"
+        ) as raised:
+            await asyncio.wait_for(take(), 60)
+        assert "index=5, record_key=5" in notes(raised.value)
+        await iterator.aclose()
+        return got
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+
+
 def test_async_source_with_aget_many_is_used() -> None:
     class Remote:
         def __init__(self) -> None:

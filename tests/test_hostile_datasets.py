@@ -23,6 +23,7 @@ not withstand are not here: they are bugs, reported apart.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -2578,3 +2579,33 @@ def test_a_pipeline_thread_calling_its_own_iterator_is_an_error_at_its_element(c
     assert "CallsItsOwnIterator) failed on the" in notes_of(raised.value)
     assert "index=5" in notes_of(raised.value) or "index 5" in notes_of(raised.value)
     iterator.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_thread_calling_set_state_of_its_own_async_iterator_is_an_error(workers: int) -> None:
+    """The map runs on the pipeline's thread (or a worker): `set_state` there restarted the run
+    under the `__anext__` waiting for it, over and over (element 5 restarts it each time)."""
+    own = CallsItsOwnIterator("set_state")
+    dataset: Any = al.MapDataset.range(20).map(own).to_iter_dataset()
+    if workers:
+        dataset = dataset.mp_prefetch(al.MultiprocessingOptions(num_workers=workers))
+
+    async def run() -> list[int]:
+        iterator = dataset.__aiter__()
+        own.iterator = iterator
+        got: list[int] = []
+
+        async def take() -> None:
+            async for x in iterator:
+                got.append(int(x))
+
+        try:
+            with pytest.raises(
+                RuntimeError, match=r"AsyncDatasetIterator.set_state\(\) was called from a thread"
+            ):
+                await asyncio.wait_for(take(), 60)
+        finally:
+            await iterator.aclose()
+        return got
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4]

@@ -499,12 +499,15 @@ class AsyncDatasetIterator(_Iterator[T]):
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             while True:
                 run = self._holder.run
+                served = _SERVED.set((*_SERVED.get(), id(self)))  # what the threads it starts serve
                 try:
                     item: T = await run.anext()
                 except StopAsyncIteration:
                     if self._holder.run is run:
                         raise
                     continue  # `set_state` from another task replaced the run meanwhile
+                finally:
+                    _SERVED.reset(served)
                 if self._holder.run is run:
                     return item
                 # Else the old run's output, taken after `set_state`: the new run's comes next.

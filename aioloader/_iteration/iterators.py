@@ -560,14 +560,7 @@ class AsyncDataLoaderIterator:
 
     async def _advance(self) -> Any:
         self._check_loop()  # before taking an output: under another loop, none is taken
-        if id(self) in _ADVANCING.get():
-            # Awaited by the pipeline's own `async def` code (its tasks inherit this
-            # context): it would wait for the turn that the `__anext__` awaiting it holds.
-            raise reentry("AsyncDataLoaderIterator.__anext__", "inside the same iterator's __anext__")
-        serving = working_for()
-        if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
-            # A task of its workers' `async def` code: it would wait for outputs it makes.
-            raise reentry("AsyncDataLoaderIterator.__anext__", "one of the same iterator's worker tasks")
+        self._refuse_from_pipeline("__anext__")
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             advancing = _ADVANCING.set((*_ADVANCING.get(), id(self)))
             try:
@@ -657,8 +650,24 @@ class AsyncDataLoaderIterator:
         pipeline is a ValueError that names what differs. The threads that
         ran are joined on a closer thread, not on the loop.
         """
+        self._refuse_from_pipeline("set_state()")
         stop_elsewhere(self._cursor.set_state(state))
         self._unraised.error = None  # a restart: an error the old run could not raise is its own
+
+    def _refuse_from_pipeline(self, call: str) -> None:
+        """A RuntimeError if the pipeline's own code made this call: awaited inside this
+        iterator's `__anext__` (at `worker_count=0`, or by a task it started: they inherit its
+        context), it would wait for the turn that `__anext__` holds; from a worker thread or
+        an `async def` map's task, for outputs that it makes itself. A `set_state` there
+        restarted the run under the `__anext__` running it: data repeated, or ended early."""
+        if id(self) in _ADVANCING.get():
+            raise reentry(
+                f"AsyncDataLoaderIterator.{call}",
+                "inside the same iterator's __anext__ (or a worker it started)",
+            )
+        serving = working_for()
+        if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
+            raise reentry(f"AsyncDataLoaderIterator.{call}", "one of the same iterator's workers")
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with
