@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from aioloader import Batch, DataLoader, DevicePut, IndexSampler, MapTransform, RangeDataSource
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
-from tests.support.outputs import notes
+from tests.support.outputs import adrain, notes
 from tests.support.transforms import SlowRecords
 
 
@@ -153,6 +154,32 @@ def test_an_async_map_that_returns_a_coroutine_unawaited_is_an_error(workers: in
     assert "index=3, record_key=3" in notes(raised.value)
 
 
+def outputs_before_reentry(operation: Any, workers: Any, own: dict[str, Any], call: str) -> list[int]:
+    """`async for` over 20 records through `operation`, which calls its own iterator
+    (`own["iterator"]`, with `own["state"]` its first state) at record 5: the outputs before
+    the RuntimeError naming `call`, which must name that record."""
+
+    async def run() -> list[int]:
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 20),
+            sampler=IndexSampler(20, num_epochs=1),
+            operations=[operation],
+            worker_count=workers,
+        )
+        iterator = aiter(loader)
+        own["iterator"], own["state"] = iterator, iterator.get_state()
+        try:
+            got, error = await adrain(iterator)
+        finally:
+            await iterator.aclose()
+        assert isinstance(error, RuntimeError)
+        assert re.match(rf"AsyncDataLoaderIterator.{call} was called from", str(error))
+        assert "index=5, record_key=5" in notes(error)
+        return [int(x) for x in got]
+
+    return asyncio.run(run())
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record(workers: int) -> None:
     """It waited for the turn that the `__anext__` awaiting it held (at `worker_count=0`), or
@@ -164,28 +191,21 @@ def test_an_async_map_awaiting_its_own_iterator_is_an_error_at_its_record(worker
             await anext(own["iterator"])
         return element
 
-    async def run() -> list[int]:
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 20),
-            sampler=IndexSampler(20, num_epochs=1),
-            operations=[calls_its_iterator],
-            worker_count=workers,
-        )
-        got: list[int] = []
-        own["iterator"] = iterator = aiter(loader)
+    assert outputs_before_reentry(calls_its_iterator, workers, own, "__anext__") == [0, 1, 2, 3, 4]
 
-        async def take() -> None:
-            async for x in iterator:
-                got.append(int(x))
 
-        with pytest.raises(
-            RuntimeError, match=r"AsyncDataLoaderIterator.__anext__ was called from"
-        ) as raised:
-            await asyncio.wait_for(take(), 60)
-        assert "index=5, record_key=5" in notes(raised.value)
-        return got
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_a_map_calling_set_state_of_its_own_async_iterator_is_an_error_at_its_record(workers: Any) -> None:
+    """It restarted the run under the `__anext__` running it: at `worker_count=0` the data
+    repeated forever, with workers it repeated or ended early, silently."""
+    own: dict[str, Any] = {}
 
-    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+    def restarts(element: int) -> int:
+        if element == 5:
+            own["iterator"].set_state(own["state"])
+        return element
+
+    assert outputs_before_reentry(restarts, workers, own, r"set_state\(\)") == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("call", ["next", "set_state"])
@@ -213,43 +233,6 @@ def test_an_async_map_calling_its_own_sync_iterator_is_an_error_at_its_record(ca
             got.extend(int(x) for x in iterator)
     assert got == [0, 1, 2, 3, 4]
     assert "index=5, record_key=5" in notes(raised.value)
-
-
-@pytest.mark.parametrize("workers", [0, 2, "auto"])
-def test_a_map_calling_set_state_of_its_own_async_iterator_is_an_error_at_its_record(workers: Any) -> None:
-    """It restarted the run under the `__anext__` running it: at `worker_count=0` the data
-    repeated forever, with workers it repeated or ended early, silently."""
-    own: dict[str, Any] = {}
-
-    def restarts(element: int) -> int:
-        if element == 5:
-            own["iterator"].set_state(own["state"])
-        return element
-
-    async def run() -> list[int]:
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 20),
-            sampler=IndexSampler(20, num_epochs=1),
-            operations=[restarts],
-            worker_count=workers,
-        )
-        got: list[int] = []
-        iterator = aiter(loader)
-        own["iterator"], own["state"] = iterator, iterator.get_state()
-
-        async def take() -> None:
-            async for x in iterator:
-                got.append(int(x))
-
-        with pytest.raises(
-            RuntimeError, match=r"AsyncDataLoaderIterator.set_state\(\) was called from"
-        ) as raised:
-            await asyncio.wait_for(take(), 60)
-        assert "index=5, record_key=5" in notes(raised.value)
-        await iterator.aclose()
-        return got
-
-    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
 
 
 def test_async_source_with_aget_many_is_used() -> None:

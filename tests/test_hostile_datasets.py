@@ -44,6 +44,7 @@ import aioloader as al
 from aioloader import report
 from aioloader._sources.arrayrecord.source import array_record_installed
 from tests.support.arrayrecord_files import OPTIONS, Spec
+from tests.support.outputs import adrain
 from tests.support.transforms import LenIs, ServesFewer
 
 Transform = Callable[[Any], Any]
@@ -2593,19 +2594,12 @@ def test_a_pipeline_thread_calling_set_state_of_its_own_async_iterator_is_an_err
     async def run() -> list[int]:
         iterator = dataset.__aiter__()
         own.iterator = iterator
-        got: list[int] = []
-
-        async def take() -> None:
-            async for x in iterator:
-                got.append(int(x))
-
         try:
-            with pytest.raises(
-                RuntimeError, match=r"AsyncDatasetIterator.set_state\(\) was called from a thread"
-            ):
-                await asyncio.wait_for(take(), 60)
+            got, error = await adrain(iterator)
         finally:
             await iterator.aclose()
-        return got
+        assert isinstance(error, RuntimeError)
+        assert str(error).startswith("AsyncDatasetIterator.set_state() was called from a thread")
+        return [int(x) for x in got]
 
     assert asyncio.run(run()) == [0, 1, 2, 3, 4]

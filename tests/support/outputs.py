@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,22 @@ def drain(
         for item in loader:
             got.append(item)
     except errors as error:
+        return got, error
+    raise AssertionError(f"no error after {len(got)} outputs")
+
+
+async def adrain(iterator: Any, timeout: float = 60.0) -> tuple[list[Any], BaseException]:
+    """`drain` for `async for` over `iterator`, within `timeout` seconds (a hang is a
+    TimeoutError, not a stuck test run); any exception ends it."""
+    got: list[Any] = []
+
+    async def take() -> None:
+        async for item in iterator:
+            got.append(item)
+
+    try:
+        await asyncio.wait_for(take(), timeout)
+    except Exception as error:
         return got, error
     raise AssertionError(f"no error after {len(got)} outputs")
 
