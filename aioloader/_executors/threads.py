@@ -206,7 +206,8 @@ _SERVING: contextvars.ContextVar[Any] = contextvars.ContextVar("aioloader_servin
 def working_for() -> Any:
     """The scheduler whose jobs this thread runs, if it is a worker thread, or whose
     asynchronous segments this task awaits (else None)."""
-    return _this_thread.scheduler or _SERVING.get()
+    scheduler = _this_thread.scheduler
+    return _SERVING.get() if scheduler is None else scheduler
 
 
 def serve(scheduler: Any) -> None:
