@@ -1547,32 +1547,6 @@ def test_the_pipelines_threads_see_the_context_of_the_thread_that_iterates(
     assert got == [(x, "set by the caller") for x in range(50)]
 
 
-class GrowsACache(MapTransform):
-    """A transform whose state grows on every record (a memo of what it has seen)."""
-
-    def __init__(self) -> None:
-        self.cache: dict[tuple[int, int], int] = {}
-
-    def map(self, element: int) -> int:
-        for i in range(50):
-            self.cache[element, i] = i
-        return element
-
-
-@repeated
-def test_workers_copy_a_transform_whose_state_grows_between_two_of_its_calls(repeat: int) -> None:
-    """A worker deep-copied the loader's own transform while the consumer's thread ran it:
-    "dictionary changed size during iteration" ended 5 of 12 such tests on 3.13t."""
-    for _ in range(2):
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 10_000),
-            sampler=IndexSampler(10_000, num_epochs=1),
-            operations=[GrowsACache(), Batch(32)],
-            worker_count=2,
-        )
-        assert sum(len(batch) for batch in loader) == 10_000
-
-
 def test_operations_from_an_iterator_are_taken_as_a_list_as_grain_takes_them() -> None:
     def make(operations: Any) -> DataLoader:
         return DataLoader(

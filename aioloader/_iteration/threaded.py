@@ -141,7 +141,7 @@ class ThreadedEngine:
         if tuner is None:
             return self.scheduler.get()
         started = time.perf_counter()
-        found = self.scheduler.get(self.scheduler.program.run_own)  # the consumer's own jobs
+        found = self.scheduler.get(self.scheduler.program.run_segment)  # the consumer's own jobs
         if found is not None:
             tuner.delivered(found[1], time.perf_counter() - started)
         return found

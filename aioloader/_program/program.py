@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import enum
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -56,8 +55,6 @@ if TYPE_CHECKING:
 
     from aioloader._program.early import EarlyRead  # loaded by `read_early`, for `start_prefetch()`
     from aioloader._program.read_pool import ReadPool  # loaded with the first workers
-
-COPY_WAIT_SECONDS = 0.05  # how often a worker waiting to copy the operations checks for a close
 
 
 class Plan(enum.Enum):
@@ -120,10 +117,6 @@ class Program:
     ) -> None:
         self.source, self.sampler = source, sampler
         self.operations, self._claimed = operations.claim()  # see `release`
-        # Held while the consumer's thread runs these operations (`run_own`) and while a
-        # worker copies them (`for_worker`): a copy made during a run could meet a
-        # transform's dict in the middle of growing ("changed size during iteration").
-        self._copying = threading.Lock()
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.read_pool = read_pool
@@ -171,12 +164,7 @@ class Program:
         and a source may be large). Called in the worker's thread.
         """
         clone = copy.copy(self)
-        while not self._copying.acquire(timeout=COPY_WAIT_SECONDS):
-            self.shutdown.check()  # a close while the consumer's thread runs a long job
-        try:
-            clone.operations = self.operations.for_worker()
-        finally:
-            self._copying.release()
+        clone.operations = self.operations.for_worker()
         clone._claimed = False  # the copy's operations are its own
         clone.shutdown = self.shutdown.for_thread()
         clone._maps = None  # compiled from the clone's own operations when it first runs them
@@ -187,12 +175,6 @@ class Program:
     def run_segment(self, stage: Stage, segment: int, payload: Any) -> Any:
         """Run one synchronous segment on `payload` (called on a worker)."""
         return self.run_steps(self.segments[stage][segment].steps, payload)
-
-    def run_own(self, stage: Stage, segment: int, payload: Any) -> Any:
-        """`run_segment` on the consumer's thread, with the loader's own operations, which
-        workers copy: between two of these runs, never during one."""
-        with self._copying:
-            return self.run_steps(self.segments[stage][segment].steps, payload)
 
     def run_steps(self, steps: Sequence[StepCall], payload: Any) -> Any:
         """Run synchronous `steps` in order on `payload`: a segment, or the part of
