@@ -174,8 +174,9 @@ class DataLoader:
         walk: Walk,
         read_pool: ReadPool | None,
         fuse: bool,
+        workers: bool,
     ) -> Program:
-        return Program(source, walk, operations, options.num_threads, read_pool, fuse)
+        return Program(source, walk, operations, options.num_threads, read_pool, fuse, workers)
 
     def _window(self) -> int:
         """The records the threaded pipeline may hold ahead of the consumer (see the class)."""

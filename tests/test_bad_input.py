@@ -149,14 +149,14 @@ def test_source_constructors() -> None:
 
 
 def test_an_operation_that_cannot_be_copied_is_named_when_iteration_starts() -> None:
-    # Copied by each worker when it starts, so that a large transform is not
-    # also copied once more, only to be checked, when the loader is made.
-    # The consumer's thread may run the first job itself while the workers start (with the
-    # loader's own operations, not a copy): the error comes with the first output a
-    # worker makes, the second at the latest.
-    iterator = iter(make(operations=[HoldsALock()], worker_count=2))
+    # Copied when the iteration starts (the pattern that the workers copy), not when the
+    # loader is made, so that a large transform is not copied once more only to be checked:
+    # the error comes with the first `next()`, before any record runs.
+    ran: list[int] = []
+    iterator = iter(make(operations=[HoldsALock(), ran.append], worker_count=2))
     with pytest.raises(TypeError, match=r"`operations\[0\]` \(HoldsALock.map\) cannot be deep-copied"):
-        [next(iterator) for _ in range(2)]
+        next(iterator)
+    assert ran == []
 
 
 class RefusesPickling(MapTransform):
@@ -177,7 +177,7 @@ def test_the_copys_own_error_arrives_as_itself_with_the_operation_named(workers:
         assert [int(x) for x in iterator] == list(range(10))
         return
     with pytest.raises(ValueError, match="I shall not be pickled") as raised:
-        [next(iterator) for _ in range(2)]
+        next(iterator)
     assert "`operations[0]` (RefusesPickling.map) cannot be deep-copied" in notes(raised.value)
 
 

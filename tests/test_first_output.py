@@ -107,17 +107,22 @@ def test_every_output_comes_in_order_with_two_workers() -> None:
 
 
 class SlowToCopy(aioloader.MapTransform):
-    """A transform whose copy for a worker waits until the test lets it go: the first
-    output must not wait for it (the consumer's thread makes it with the original)."""
+    """A transform whose copy on a worker's thread waits until the test lets it go: the first
+    output must not wait for it (the consumer's thread makes it with the original). The
+    consumer's thread copies it once, at once: the pattern that the workers copy (which
+    nothing runs, see `Operations.claim`)."""
 
-    def __init__(self, release: threading.Event) -> None:
-        self.release = release
+    def __init__(self, release: threading.Event, consumer: threading.Thread) -> None:
+        self.release, self.consumer = release, consumer
         self.threads: list[str] = []
+        self.copied_by: list[str] = []
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SlowToCopy:
-        self.release.wait()
-        copy = SlowToCopy(self.release)
-        copy.threads = self.threads  # one list, to see which threads ran records
+        self.copied_by.append(threading.current_thread().name)
+        if threading.current_thread() is not self.consumer:
+            self.release.wait()
+        copy = SlowToCopy(self.release, self.consumer)
+        copy.threads, copy.copied_by = self.threads, self.copied_by  # one list each, to see the threads
         return copy
 
     def map(self, x: int) -> int:
@@ -127,7 +132,7 @@ class SlowToCopy(aioloader.MapTransform):
 
 def test_the_first_output_does_not_wait_for_the_workers_copies() -> None:
     release = threading.Event()
-    transform = SlowToCopy(release)
+    transform = SlowToCopy(release, threading.current_thread())
     loader = aioloader.DataLoader(
         data_source=aioloader.RangeDataSource(0, 400, 1),
         sampler=aioloader.IndexSampler(400, num_epochs=1),
@@ -138,5 +143,11 @@ def test_the_first_output_does_not_wait_for_the_workers_copies() -> None:
         first = next(batches)  # no worker can have started: their copies are waiting
         assert first.tolist() == [0, 1, 2, 3]
         assert set(transform.threads) == {threading.current_thread().name}
+        assert transform.copied_by[0] == threading.current_thread().name  # the pattern
         release.set()
         assert sum(len(batch) for batch in batches) == 396
+    # The pattern, then a copy of it for each worker that started (the consumer's thread
+    # may have taken every chunk before the second one did).
+    main = threading.current_thread().name
+    assert 2 <= len(transform.copied_by) <= 3
+    assert main not in transform.copied_by[1:]

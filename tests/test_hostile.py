@@ -1547,6 +1547,110 @@ def test_the_pipelines_threads_see_the_context_of_the_thread_that_iterates(
     assert got == [(x, "set by the caller") for x in range(50)]
 
 
+class GrowsACache(MapTransform):
+    """A transform whose state grows on every record (a memo of what it has seen)."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[int, int], int] = {}
+
+    def map(self, element: int) -> int:
+        for i in range(50):
+            self.cache[element, i] = i
+        return element
+
+
+@repeated
+def test_workers_copy_a_transform_whose_state_grows_on_every_record(repeat: int) -> None:
+    """A worker deep-copied the loader's own transform while the consumer's thread ran it:
+    "dictionary changed size during iteration" ended 10 of 12 such tests on 3.13t."""
+    for _ in range(2):
+        loader = DataLoader(
+            data_source=RangeDataSource(0, 10_000),
+            sampler=IndexSampler(10_000, num_epochs=1),
+            operations=[GrowsACache(), Batch(32)],
+            worker_count=2,
+        )
+        assert sum(len(batch) for batch in loader) == 10_000
+
+
+class Midway:
+    """A value in a transform's cache. Its copy on another thread than `consumer` stops the
+    deep copy of the cache midway until the consumer's thread has run a record since."""
+
+    def __init__(self, consumer: threading.Thread) -> None:
+        self.consumer = consumer
+        self.copying, self.ran = threading.Event(), threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Midway:
+        if threading.current_thread() is not self.consumer:
+            self.copying.set()
+            self.ran.wait(30)
+        return self
+
+
+class AddsWhileCopied(MapTransform):
+    """On the consumer's thread, each record waits until a worker copies the transform, then
+    adds a key to its cache."""
+
+    def __init__(self, midway: Midway) -> None:
+        self.cache: dict[Any, Any] = {"midway": midway, "tail": 0}
+
+    def map(self, element: int) -> int:
+        midway = self.cache["midway"]
+        if threading.current_thread() is midway.consumer:
+            assert midway.copying.wait(30), "no worker copied the transform"
+            self.cache[element] = element
+            midway.ran.set()
+        return element
+
+
+@repeated
+def test_workers_copy_the_operations_as_they_were_before_any_record_ran(repeat: int) -> None:
+    """Forced, not timed: each worker's copy of the transform stops midway through its cache
+    until the consumer's thread has mapped a record, which adds a key to the cache. Copied
+    from the loader's own transform, the copy failed ("dictionary changed size during
+    iteration"); the workers copy a pattern made before anything ran, which nothing runs."""
+    midway = Midway(threading.current_thread())
+    transform = AddsWhileCopied(midway)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 2_000),
+        sampler=IndexSampler(2_000, num_epochs=1),
+        operations=[transform, Batch(4)],
+        worker_count=2,
+    )
+    with iter(loader) as batches:
+        assert sum(len(batch) for batch in batches) == 2_000
+    assert len(transform.cache) > 2  # the loader's own transform ran records while copied
+
+
+def test_a_second_iterator_copies_the_firsts_pattern_not_the_running_operations() -> None:
+    """Two iterators of one loader at once: the first runs the loader's own operations on its
+    consumer's thread; the second copies the first's pattern, which nothing runs."""
+    sources: list[int] = []
+
+    class NamesItsSource(MapTransform):
+        def __deepcopy__(self, memo: dict[int, Any]) -> NamesItsSource:
+            sources.append(id(self))
+            return NamesItsSource()
+
+        def map(self, element: int) -> int:
+            return element
+
+    transform = NamesItsSource()
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 64),
+        sampler=IndexSampler(64, num_epochs=1),
+        operations=[transform, Batch(8)],
+        worker_count=2,
+    )
+    with iter(loader) as first:
+        next(first)
+        with iter(loader) as second:
+            assert sum(len(batch) for batch in second) == 64
+        assert sum(len(batch) for batch in first) == 56
+    assert sources.count(id(transform)) == 1  # the first iterator's pattern, and nothing else
+
+
 def test_operations_from_an_iterator_are_taken_as_a_list_as_grain_takes_them() -> None:
     def make(operations: Any) -> DataLoader:
         return DataLoader(

@@ -31,7 +31,7 @@ class LoaderSpec(NamedTuple):
     of the consumer (see `DataLoader`).
     """
 
-    make_program: Callable[[Walk, ReadPool | None, bool], Program]
+    make_program: Callable[[Walk, ReadPool | None, bool, bool], Program]
     walk: Walk
     read_options: ReadOptions
     window: int
@@ -47,10 +47,10 @@ class LoaderSpec(NamedTuple):
     # the Dataset API's `to_iter_dataset()`, which Grain reads on threads (see `InlineEngine`).
     inline_read_threads: bool = False
 
-    def program(self, read_pool: ReadPool | None) -> Program:
+    def program(self, read_pool: ReadPool | None, workers: bool = False) -> Program:
         """A fresh program over this spec's walk (fusing reads and maps, but for the
-        subinterpreters: see `Program`)."""
-        return self.make_program(self.walk, read_pool, self.executor != "interpreter")
+        subinterpreters: see `Program`), for an engine that may start worker threads or not."""
+        return self.make_program(self.walk, read_pool, self.executor != "interpreter", workers)
 
     def resumed(self, detour: Detour | None) -> LoaderSpec:
         """This spec with `detour` laid on its walk (none: this spec)."""

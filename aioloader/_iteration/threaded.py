@@ -8,7 +8,6 @@ before its first batch.
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -39,16 +38,6 @@ def _interpreter_runner(program: Program) -> RunnerFactory:
     return interpreter_runner(program)
 
 
-def _copyable(program: Program) -> bool:
-    """Whether the operations can be deep-copied for a worker thread (see `Tuner`): a copy of
-    them alone (`Program.for_worker` would also add a worker's meter to the statistics)."""
-    try:
-        program.operations.for_worker()
-    except Exception:  # the copy's own error (a lock's TypeError, a `__getstate__` that refuses)
-        return False
-    return True
-
-
 class ThreadedEngine:
     """Worker threads over a `Scheduler`, and an event loop for async segments.
 
@@ -67,8 +56,12 @@ class ThreadedEngine:
         self._read_pool = ReadPool(threads) if threads > 0 else None  # 0: each worker reads its own
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
-        program = spec.program(self._read_pool)
+        program = spec.program(self._read_pool, workers=True)
         try:
+            if spec.auto_memory_limit is None and not program.copyable():
+                # Every worker's copy would fail: the copy's error, naming the operation,
+                # before any record runs ("auto" keeps such operations on level 0 instead).
+                program.operations.for_worker()
             self._start(spec, program, position, loop, prefetch)
         except BaseException:
             if hasattr(self, "_workers"):  # started: nothing else would ever stop them
@@ -121,7 +114,7 @@ class ThreadedEngine:
         read_keys = frozenset(key for key, name in program.stage_names() if name == "read")
         levels = range(0 if inline else 1, spec.worker_count + 1)
         limit = spec.auto_memory_limit
-        copyable = functools.partial(_copyable, program) if inline else None
+        copyable = program.copyable if inline else None
         return Tuner(
             self.scheduler, self._workers, levels, limit, reads, program.meters, read_keys, copyable=copyable
         )

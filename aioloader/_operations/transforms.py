@@ -203,22 +203,51 @@ class Operations(NamedTuple):
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
 
-    def claim(self) -> tuple[Operations, bool]:
-        """These operations for one engine, whose consumer's thread may run them: the
-        loader's own if no other engine holds them (then True: `release` them when done),
-        else a copy (`for_worker`), so that two iterators of one loader, in two
-        threads at once, never share a transform's state. Copying only then spares
-        the usual single iterator a deep copy of a large transform."""
+    def pattern(self) -> Operations | None:
+        """A copy for the workers to copy in turn: nothing runs it, so it can be copied while
+        these run (a copy of a dict that a transform grows on every record fails, or catches it
+        half-changed). None if these cannot be copied: each worker's copy of them then raises
+        the copy's error, naming the operation (see `for_worker`)."""
+        try:
+            return self.for_worker()
+        except Exception:  # the copy's own error (a lock's TypeError, a `__getstate__` that refuses)
+            return None
+
+    def claim(self, workers: bool) -> tuple[Operations, Operations | None, bool]:
+        """These operations for one engine: those its consumer's thread runs, the `pattern`
+        its workers copy (None without workers), and True if the first are the loader's own
+        (then `release` them when done).
+
+        The loader's own go to the first engine that asks, and a copy to any other while
+        they are held, so that two iterators of one loader, in two threads at once, never
+        share a transform's state. That copy is made from the holder's pattern, which nothing
+        runs; a holder without workers has none, and the loader's own are copied then.
+        Copying only for a second engine spares the usual single iterator without workers a
+        deep copy of a large transform. The pattern is made here, before the consumer's
+        thread first runs the operations: the workers' copies hold the operations as they
+        were when the iteration started, whatever the consumer's thread has run since."""
         with _claims:
-            if id(self) not in _claimed:
-                _claimed[id(self)] = self
-                return self, True
-        return self.for_worker(), False
+            held = _claimed.get(id(self))
+            if held is None:
+                _claimed[id(self)] = (self, None)
+        if held is not None:
+            own = (self if held[1] is None else held[1]).for_worker()
+            return own, own.pattern() if workers else None, False
+        try:
+            pattern = self.pattern() if workers else None
+        except BaseException:  # an interrupt in a `__deepcopy__`: no engine will release them
+            self.release()
+            raise
+        if pattern is not None:
+            with _claims:
+                if _claimed.get(id(self), (None,))[0] is self:
+                    _claimed[id(self)] = (self, pattern)
+        return self, pattern, True
 
     def release(self) -> None:
         """Let another engine run these operations (after `claim` returned True)."""
         with _claims:
-            if _claimed.get(id(self)) is self:
+            if _claimed.get(id(self), (None,))[0] is self:
                 del _claimed[id(self)]
 
 
@@ -232,11 +261,12 @@ def _described(op: Op) -> str:
     return kind.value if seed is None else f"{kind.value}(seed={seed})"
 
 
-# The operations that an engine holds, by id, each kept alive while claimed: an id is then
-# never another object's (a claim that an engine failing in its constructor never released
-# once made a later loader's operations, at the same address, look held: they were copied).
+# The operations that an engine holds, by id, each kept alive while claimed (an id is then
+# never another object's: a claim that an engine failing in its constructor never released
+# once made a later loader's operations, at the same address, look held: they were copied),
+# with the engine's pattern for other engines to copy (see `claim`).
 _claims = threading.Lock()
-_claimed: dict[int, Operations] = {}
+_claimed: dict[int, tuple[Operations, Operations | None]] = {}
 
 
 class Prepared(NamedTuple):

@@ -101,6 +101,8 @@ class Program:
     step (`Step.READ_MAPS`, see `_operations/fused`); the subinterpreter
     executor, which runs reads and maps in other interpreters step by step,
     asks for programs that do not.
+    `workers`: the engine may start worker threads, whose copies of the
+    operations come from a pattern made here (see `Operations.claim`).
     `shutdown` is set when the engine closes (each worker's copy reads a flag
     of its own, set with it): a synchronous segment then stops before its next read or call of user
     code, raising `Stopped` (see `_common/calls`).
@@ -114,9 +116,11 @@ class Program:
         read_threads: int,
         read_pool: ReadPool | None = None,
         fuse: bool = True,
+        workers: bool = False,
     ) -> None:
         self.source, self.sampler = source, sampler
-        self.operations, self._claimed = operations.claim()  # see `release`
+        # The consumer's thread runs `operations`; each worker copies `_pattern` (see `claim`).
+        self.operations, self._pattern, self._claimed = operations.claim(workers)
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.read_pool = read_pool
@@ -155,17 +159,23 @@ class Program:
             self._claimed = False
             self.operations.release()
 
+    def copyable(self) -> bool:
+        """Whether the workers can copy the operations (their pattern was made)."""
+        return self._pattern is not None
+
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
 
-        The operations are deep-copied so that each thread owns the state its
-        transforms hold, and the shutdown flag is the thread's own (see
+        The operations are deep-copied (from the pattern, which nothing runs:
+        see `Operations.claim`; without one, from the consumer's, to raise the
+        copy's error) so that each thread owns the state its transforms hold,
+        and the shutdown flag is the thread's own (see
         `Shutdown`); the source and the walk are shared (both are thread-safe,
         and a source may be large). Called in the worker's thread.
         """
         clone = copy.copy(self)
-        clone.operations = self.operations.for_worker()
-        clone._claimed = False  # the copy's operations are its own
+        clone.operations = (self.operations if self._pattern is None else self._pattern).for_worker()
+        clone._pattern, clone._claimed = None, False  # the copy's operations are its own
         clone.shutdown = self.shutdown.for_thread()
         clone._maps = None  # compiled from the clone's own operations when it first runs them
         clone.filters = FilterWindows()
