@@ -1519,6 +1519,54 @@ def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_record(
     assert "index=5, record_key=5" in notes(raised.value)
 
 
+class SlowReadCallsItsOwnIterator:
+    """A source of 2 ms reads (the read pool takes them: `ReadOptions.num_threads`) whose read
+    of key `key` calls `call` on the iterator that reads it."""
+
+    def __init__(self, key: int, call: str) -> None:
+        self.key, self.call = key, call
+        self.iterator: Any = None
+        self.state: bytes | None = None
+
+    def __len__(self) -> int:
+        return 200
+
+    def __getitem__(self, key: int) -> int:
+        threading.Event().wait(0.002)
+        if key == self.key:
+            if self.call == "next":
+                next(self.iterator)
+            else:
+                self.iterator.set_state(self.state)
+        return key
+
+
+@repeated
+@pytest.mark.parametrize("call", ["next", "set_state"])
+@pytest.mark.parametrize("key", [3, 100])
+def test_a_source_calling_its_own_iterator_from_a_read_thread_is_an_error_at_its_record(
+    key: int, call: str, repeat: int
+) -> None:
+    """Record 3 is read by a worker or a read thread, record 100 by a read thread. The read
+    threads, started by a worker or the consumer's thread, waited for the turn that the
+    `next()` waiting for their read held (a hang)."""
+    source = SlowReadCallsItsOwnIterator(key, call)
+    loader = DataLoader(
+        data_source=source,
+        sampler=IndexSampler(200, num_epochs=1),
+        operations=[Batch(8)],
+        worker_count=2,
+        read_options=ReadOptions(num_threads=4),
+    )
+    got: list[int] = []
+    with iter(loader) as iterator:
+        source.iterator, source.state = iterator, iterator.get_state()
+        with pytest.raises(RuntimeError, match=f"DataLoaderIterator.{call}\\(\\) was called from") as raised:
+            got.extend(x for batch in iterator for x in batch.tolist())
+    assert got == list(range(key - key % 8))
+    assert f"index={key}, record_key={key}" in notes(raised.value)
+
+
 _USER_VARIABLE: contextvars.ContextVar[str] = contextvars.ContextVar("user_variable", default="unset")
 
 

@@ -17,7 +17,6 @@ The state is `{"version": 1, "dataset": <the pipeline's state>}`: small JSON, th
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import json
 import threading
@@ -26,8 +25,8 @@ import weakref
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from aioloader._common import contexts
 from aioloader._common.cancellation import Unraised, cancelling
-from aioloader._common.contexts import in_this_context
 from aioloader._common.turns import TaskTurns
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.parallel import EnginePart, EngineStage, engine_state, loader_state
@@ -103,7 +102,7 @@ def start_producer(
     """A started daemon thread `{name}-{n}` that runs `stage` into `handoff` (`Background`'s,
     and `ThreadPrefetchIterDataset`'s)."""
     thread = threading.Thread(
-        target=in_this_context(_produce),
+        target=contexts.in_this_context(_produce),
         args=(stage, device_put, handoff),
         name=f"{name}-{next(_names)}",
         daemon=True,
@@ -336,11 +335,6 @@ class _Holder:
         self.run.close()
 
 
-# The iterators whose `next()` (or `start_prefetch()`) this context runs: a thread they start
-# copies it (see `_common/contexts`), and its calls of them are refused (`_refuse_reentry`).
-_SERVED: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("aioloader_served", default=())
-
-
 class _Iterator(CheckpointableIterator, Generic[T]):
     """What both iterators share: the dataset, the current run, and the state."""
 
@@ -366,7 +360,7 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         held.)"""
         if self._busy and self._turn._is_owned():  # type: ignore[attr-defined]
             raise reentry(f"{type(self).__name__}.{call}", "inside the same iterator's next()")
-        if id(self) in _SERVED.get():
+        if contexts.runs(self):
             raise reentry(f"{type(self).__name__}.{call}", "a thread of the same iterator's pipeline")
 
     def get_state(self) -> dict[str, Any]:
@@ -379,11 +373,11 @@ class _Iterator(CheckpointableIterator, Generic[T]):
         restore the iterator, start it, then restore the model). Idempotent; never
         changes the outputs; see `DataLoaderIterator.start_prefetch`."""
         with self._turn:
-            served = _SERVED.set((*_SERVED.get(), id(self)))  # the threads it starts serve this one
+            mark = contexts.running(self)  # the threads it starts serve this one
             try:
                 self._holder.run.start_prefetch()
             finally:
-                _SERVED.reset(served)
+                contexts.done(mark)
 
     def statistics(self) -> list[LoaderStatistics]:
         """The figures of each parallel part (a `to_iter_dataset` and the maps, filters
@@ -452,13 +446,13 @@ class DatasetIterator(_Iterator[T]):
     def __next__(self) -> T:
         self._refuse_reentry("next()")
         with self._turn:  # the in-order stages (a mix, a packer...) are one caller's at a time
-            served = _SERVED.set((*_SERVED.get(), id(self)))  # what the threads it starts serve
+            mark = contexts.running(self)  # what the threads it starts serve
             try:
                 self._busy = True
                 item: T = self._holder.run.next()
             finally:
                 self._busy = False
-                _SERVED.reset(served)
+                contexts.done(mark)
         return item
 
     def next(self) -> T:
@@ -499,7 +493,7 @@ class AsyncDatasetIterator(_Iterator[T]):
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
             while True:
                 run = self._holder.run
-                served = _SERVED.set((*_SERVED.get(), id(self)))  # what the threads it starts serve
+                mark = contexts.running(self)  # what the threads and tasks it starts serve
                 try:
                     item: T = await run.anext()
                 except StopAsyncIteration:
@@ -507,7 +501,7 @@ class AsyncDatasetIterator(_Iterator[T]):
                         raise
                     continue  # `set_state` from another task replaced the run meanwhile
                 finally:
-                    _SERVED.reset(served)
+                    contexts.done(mark)
                 if self._holder.run is run:
                     return item
                 # Else the old run's output, taken after `set_state`: the new run's comes next.

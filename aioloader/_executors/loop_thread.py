@@ -15,7 +15,7 @@ import itertools
 import threading
 
 from aioloader._common.calls import Interrupt
-from aioloader._executors.threads import serve
+from aioloader._common.contexts import serve
 from aioloader._scheduling.scheduler import Scheduler
 from aioloader._scheduling.work import Place, Work
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import contextvars
 import itertools
 import threading
 import time
@@ -24,7 +23,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from aioloader._common.calls import Stopped
-from aioloader._common.contexts import in_this_context
+from aioloader._common.contexts import in_this_context, serve
 from aioloader._scheduling.work import SegmentRunner
 
 if TYPE_CHECKING:  # the scheduler loads with the first workers (see `_iteration/threaded`)
@@ -33,17 +32,6 @@ if TYPE_CHECKING:  # the scheduler loads with the first workers (see `_iteration
 RunnerFactory = Callable[[], AbstractContextManager[SegmentRunner]]
 
 _closers = itertools.count()
-
-
-class _ThisThread(threading.local):
-    """Whose jobs this thread runs: a worker's scheduler. A class default, not a missing
-    attribute: `next()` asks on every call, and a miss raises (and drops) an AttributeError,
-    about half a microsecond, 15-20 ns a trivial record at 32 a batch."""
-
-    scheduler: Any = None
-
-
-_this_thread = _ThisThread()
 
 
 # How long `join` waits, past its timeout, for a worker still making its runner:
@@ -149,7 +137,7 @@ class WorkerThreads:
         """Start the next worker of the chain, if `after` others are to follow this one; then
         work until the scheduler closes (False) or this worker takes a retirement (True)."""
         scheduler = self._scheduler
-        _this_thread.scheduler = scheduler
+        serve(scheduler)  # in this thread's own context, and the threads it starts
         meter = scheduler.program.meters.new("worker")  # this thread's waits
         try:
             if after:
@@ -197,23 +185,6 @@ class WorkerThreads:
                     if thread.is_alive() and not started.is_set():
                         thread.join(STARTING_SECONDS)
             joined += len(workers)
-
-
-# The scheduler whose asynchronous segments this task (and the tasks it starts) awaits.
-_SERVING: contextvars.ContextVar[Any] = contextvars.ContextVar("aioloader_serving", default=None)
-
-
-def working_for() -> Any:
-    """The scheduler whose jobs this thread runs, if it is a worker thread, or whose
-    asynchronous segments this task awaits (else None)."""
-    scheduler = _this_thread.scheduler
-    return _SERVING.get() if scheduler is None else scheduler
-
-
-def serve(scheduler: Any) -> None:
-    """Mark the running task (and the tasks it starts) as awaiting `scheduler`'s segments:
-    the pipeline's own `async def` code, which must not wait for its own iterator."""
-    _SERVING.set(scheduler)
 
 
 def thread_runner(program: Any) -> RunnerFactory:

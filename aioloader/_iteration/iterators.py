@@ -20,7 +20,6 @@ takes the same lock, so that it never lands in the middle of a `next()`.
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import operator
 import threading
@@ -30,11 +29,11 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, cast
 
+from aioloader._common import contexts
 from aioloader._common.cancellation import Unraised, cancelling
 from aioloader._common.failures import Failure
 from aioloader._common.positions import Position
 from aioloader._common.turns import TaskTurns
-from aioloader._executors.threads import working_for
 from aioloader._iteration.engines import (
     AsyncEngine,
     E,
@@ -58,10 +57,7 @@ if TYPE_CHECKING:
 
 _EMPTY: list[Any] = []
 _chain_next = itertools.chain.__next__
-# The async iterators whose `__anext__` this context (a task, and the tasks it starts) runs.
-_ADVANCING: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
-    "aioloader_advancing", default=()
-)
+_ITS_THREADS = "one of the same iterator's threads (a worker, or a read thread)"
 TURN_CHECK_SECONDS = 0.05  # how often a call waiting for the iterator's turn checks where it came from
 
 
@@ -331,7 +327,7 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
         raise reentry(
             f"DataLoaderIterator.{call}", "inside the same iterator's next(), in the caller's thread"
         )
-    serving = working_for()
+    serving = contexts.working_for()
     if serving is None:  # not a worker thread (the consumer's): nothing more to check
         return
     acquired = False
@@ -341,7 +337,9 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
         if engine is not None and serving is getattr(engine, "scheduler", None):
             if acquired:
                 turn.release()
-            raise reentry(f"DataLoaderIterator.{call}", "one of the same iterator's worker threads")
+            raise reentry(
+                f"DataLoaderIterator.{call}", "one of the same iterator's threads (a worker or a read thread)"
+            )
     turn.release()
 
 
@@ -390,7 +388,7 @@ class DataLoaderIterator(itertools.chain[Any]):
         cursor = self._cursor
         taken_from, left = None, 0
         # Perhaps the pipeline's own code (see `_wait_turn`); else nothing to check.
-        if self._outputs.gi_running or working_for() is not None:  # type: ignore[attr-defined]
+        if self._outputs.gi_running or contexts.working_for() is not None:  # type: ignore[attr-defined]
             _wait_turn(self, "next()")
         try:
             with self._turn:  # callers in several threads take turns (see the module docstring)
@@ -562,13 +560,13 @@ class AsyncDataLoaderIterator:
         self._check_loop()  # before taking an output: under another loop, none is taken
         self._refuse_from_pipeline("__anext__")
         async with self._turns.lock():  # another task's `__anext__` waits for this one's
-            advancing = _ADVANCING.set((*_ADVANCING.get(), id(self)))
+            mark = contexts.running(self)  # what the tasks and threads it starts serve
             try:
                 return next(self._cursor.current)  # what the task before this one loaded
             except StopIteration:
                 return await self._advance_in_turn()
             finally:
-                _ADVANCING.reset(advancing)
+                contexts.done(mark)
 
     async def _advance_in_turn(self) -> Any:
         cursor = self._cursor
@@ -660,14 +658,17 @@ class AsyncDataLoaderIterator:
         context), it would wait for the turn that `__anext__` holds; from a worker thread or
         an `async def` map's task, for outputs that it makes itself. A `set_state` there
         restarted the run under the `__anext__` running it: data repeated, or ended early."""
-        if id(self) in _ADVANCING.get():
+        if contexts.runs(self):
             raise reentry(
                 f"AsyncDataLoaderIterator.{call}",
                 "inside the same iterator's __anext__ (or a worker it started)",
             )
-        serving = working_for()
+        serving = contexts.working_for()
         if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
-            raise reentry(f"AsyncDataLoaderIterator.{call}", "one of the same iterator's workers")
+            raise reentry(
+                f"AsyncDataLoaderIterator.{call}",
+                "one of the same iterator's threads (a worker or a read thread)",
+            )
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with

@@ -81,6 +81,8 @@ class ThreadedEngine:
         prefetch: bool,
     ) -> None:
         self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
+        if self._read_pool is not None:  # its readers are the pipeline's threads, as the workers are
+            self._read_pool.serving = self.scheduler
         if self.scheduler.needs_async_runner:
             from aioloader._executors.loop_thread import AsyncSegments, LoopThread  # imports asyncio
 

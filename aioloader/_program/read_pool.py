@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aioloader._common.calls import Stopped
-from aioloader._common.contexts import in_this_context
+from aioloader._common.contexts import in_this_context, serve
 
 SLOW_READ_SECONDS = 50e-6  # far above a hand-off between threads: waiting, not work
 PROBE_READS = 4  # reads in a row that must each be slow
@@ -143,6 +143,9 @@ class ReadPool:
         # The reads in flight, the pool's and the probes' together: a worker may
         # still be probing when another one has engaged the pool.
         self._slots = Slots(threads)
+        # Whose jobs the reader threads do (the engine's scheduler): a read that calls its own
+        # iterator is refused, whichever thread started the readers (see `_common/contexts`).
+        self.serving: Any = None
 
     @property
     def idle(self) -> bool:
@@ -192,6 +195,7 @@ class ReadPool:
 
     def _serve(self) -> None:
         """A reader thread: read what is queued, each read in a slot, until `close`."""
+        serve(self.serving)
         self._grow()
         while (task := self._queue.get()) is not None:
             reads, position, key = task
