@@ -459,3 +459,43 @@ def test_an_engine_that_fails_to_start_lets_go_of_the_loaders_operations(
             next(iter(loader))
     assert transforms._claimed == held
     assert list(loader) == list(range(8))
+
+
+class InterruptedWhileCopied(MapTransform):
+    """A transform whose copy raises `interrupt` (a Ctrl-C in a slow `__deepcopy__`) until
+    the test sets it to None."""
+
+    def __init__(self, interrupt: type[BaseException] | None) -> None:
+        self.interrupt = interrupt
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> InterruptedWhileCopied:
+        if self.interrupt is not None:
+            raise self.interrupt
+        return InterruptedWhileCopied(None)
+
+    def map(self, element: int) -> int:
+        return element
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit, ValueError])
+def test_an_interrupt_while_the_workers_pattern_is_copied_lets_go_of_the_loaders_operations(
+    interrupt: type[BaseException],
+) -> None:
+    """The consumer's thread copies the operations once when the iteration starts (the pattern
+    that the workers copy): an interrupt there reaches the caller, and releases the loader's
+    operations for the next iterator; an error is the copy's error, before any record runs."""
+    from aioloader._operations import transforms
+
+    transform = InterruptedWhileCopied(interrupt)
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 64),
+        sampler=IndexSampler(64, num_epochs=1),
+        operations=[transform, Batch(8)],
+        worker_count=2,
+    )
+    held = dict(transforms._claimed)
+    with pytest.raises(interrupt):
+        next(iter(loader))
+    assert transforms._claimed == held
+    transform.interrupt = None
+    assert sum(len(batch) for batch in loader) == 64

@@ -1474,10 +1474,10 @@ def test_getitems_that_changes_its_keys_changes_no_record(workers: Workers) -> N
 
 
 class CallsItsOwnIterator:
-    """A map that, at record 5, calls `call` on the iterator that runs it."""
+    """A map that, at record `key`, calls `call` on the iterator that runs it."""
 
-    def __init__(self, call: str) -> None:
-        self.call = call
+    def __init__(self, call: str, key: int = 5) -> None:
+        self.call, self.key = call, key
         self.iterator: Any = None
         self.state: bytes | None = None
 
@@ -1485,7 +1485,7 @@ class CallsItsOwnIterator:
         return self  # the workers call the same iterator
 
     def __call__(self, x: int) -> int:
-        if x == 5:
+        if x == self.key:
             if self.call == "next":
                 next(self.iterator)
             else:
@@ -1519,26 +1519,16 @@ def test_a_pipeline_calling_its_own_iterator_is_an_error_at_its_record(
     assert "index=5, record_key=5" in notes(raised.value)
 
 
-class SlowReadCallsItsOwnIterator:
+class SlowReadCallsItsOwnIterator(CallsItsOwnIterator):
     """A source of 2 ms reads (the read pool takes them: `ReadOptions.num_threads`) whose read
     of key `key` calls `call` on the iterator that reads it."""
-
-    def __init__(self, key: int, call: str) -> None:
-        self.key, self.call = key, call
-        self.iterator: Any = None
-        self.state: bytes | None = None
 
     def __len__(self) -> int:
         return 200
 
     def __getitem__(self, key: int) -> int:
         threading.Event().wait(0.002)
-        if key == self.key:
-            if self.call == "next":
-                next(self.iterator)
-            else:
-                self.iterator.set_state(self.state)
-        return key
+        return self(key)
 
 
 @repeated
@@ -1550,7 +1540,7 @@ def test_a_source_calling_its_own_iterator_from_a_read_thread_is_an_error_at_its
     """Record 3 is read by a worker or a read thread, record 100 by a read thread. The read
     threads, started by a worker or the consumer's thread, waited for the turn that the
     `next()` waiting for their read held (a hang)."""
-    source = SlowReadCallsItsOwnIterator(key, call)
+    source = SlowReadCallsItsOwnIterator(call, key)
     loader = DataLoader(
         data_source=source,
         sampler=IndexSampler(200, num_epochs=1),
@@ -1595,6 +1585,16 @@ def test_the_pipelines_threads_see_the_context_of_the_thread_that_iterates(
     assert got == [(x, "set by the caller") for x in range(50)]
 
 
+def batched(transform: Any, records: int, batch: int) -> DataLoader:
+    """`transform` then `Batch(batch)` over `records` records in order, on 2 workers."""
+    return DataLoader(
+        data_source=RangeDataSource(0, records),
+        sampler=IndexSampler(records, num_epochs=1),
+        operations=[transform, Batch(batch)],
+        worker_count=2,
+    )
+
+
 class GrowsACache(MapTransform):
     """A transform whose state grows on every record (a memo of what it has seen)."""
 
@@ -1612,13 +1612,7 @@ def test_workers_copy_a_transform_whose_state_grows_on_every_record(repeat: int)
     """A worker deep-copied the loader's own transform while the consumer's thread ran it:
     "dictionary changed size during iteration" ended 10 of 12 such tests on 3.13t."""
     for _ in range(2):
-        loader = DataLoader(
-            data_source=RangeDataSource(0, 10_000),
-            sampler=IndexSampler(10_000, num_epochs=1),
-            operations=[GrowsACache(), Batch(32)],
-            worker_count=2,
-        )
-        assert sum(len(batch) for batch in loader) == 10_000
+        assert sum(len(batch) for batch in batched(GrowsACache(), 10_000, 32)) == 10_000
 
 
 class Midway:
@@ -1660,13 +1654,7 @@ def test_workers_copy_the_operations_as_they_were_before_any_record_ran(repeat: 
     iteration"); the workers copy a pattern made before anything ran, which nothing runs."""
     midway = Midway(threading.current_thread())
     transform = AddsWhileCopied(midway)
-    loader = DataLoader(
-        data_source=RangeDataSource(0, 2_000),
-        sampler=IndexSampler(2_000, num_epochs=1),
-        operations=[transform, Batch(4)],
-        worker_count=2,
-    )
-    with iter(loader) as batches:
+    with iter(batched(transform, 2_000, 4)) as batches:
         assert sum(len(batch) for batch in batches) == 2_000
     assert len(transform.cache) > 2  # the loader's own transform ran records while copied
 
@@ -1685,12 +1673,7 @@ def test_a_second_iterator_copies_the_firsts_pattern_not_the_running_operations(
             return element
 
     transform = NamesItsSource()
-    loader = DataLoader(
-        data_source=RangeDataSource(0, 64),
-        sampler=IndexSampler(64, num_epochs=1),
-        operations=[transform, Batch(8)],
-        worker_count=2,
-    )
+    loader = batched(transform, 64, 8)
     with iter(loader) as first:
         next(first)
         with iter(loader) as second:
