@@ -468,3 +468,40 @@ def test_two_threads_each_with_its_own_loop_never_share_an_output(repeat: int) -
 async def _async_double(element: Any) -> Any:
     await asyncio.sleep(0)
     return element * 2
+
+
+class CopiedWhere(MapTransform):
+    """Records the thread of each copy made of it (one list for all its copies)."""
+
+    def __init__(self, threads: list[str]) -> None:
+        self.threads = threads
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CopiedWhere:
+        self.threads.append(threading.current_thread().name)
+        return CopiedWhere(self.threads)
+
+    def map(self, element: int) -> int:
+        return element
+
+
+@pytest.mark.parametrize("workers", [2, "auto"])
+def test_async_for_makes_no_copy_on_the_event_loop(workers: int | str) -> None:
+    """With `for`, the consumer's thread copies the operations once, for the workers to copy
+    (it runs them too); with `async for`, only workers run them, and copy them themselves:
+    a copy on the loop stalled every other task for its length (3.4 s for a large one)."""
+    threads: list[str] = []
+    loader = DataLoader(
+        data_source=RangeDataSource(0, 64),
+        sampler=IndexSampler(64, num_epochs=1),
+        operations=[CopiedWhere(threads), Batch(8)],
+        worker_count=workers,
+    )
+
+    async def main() -> tuple[int, str]:
+        async with aiter(loader) as batches:
+            return sum([len(batch) async for batch in batches]), threading.current_thread().name
+
+    count, loop_thread = asyncio.run(main())
+    assert count == 64
+    assert threads
+    assert loop_thread not in threads

@@ -92,11 +92,15 @@ class Uncopyable(Sleepy):
         raise TypeError("cannot pickle '_thread.lock' object")
 
 
-def test_auto_keeps_operations_that_cannot_be_copied_in_the_consumers_thread() -> None:
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "start_prefetch"])
+def test_auto_keeps_operations_that_cannot_be_copied_in_the_consumers_thread(prefetch: bool) -> None:
     # They once failed in the middle of the run, when a trial first started a worker: at a
-    # point that timing chose, where worker_count=0 delivers every batch.
+    # point that timing chose, where worker_count=0 delivers every batch. With
+    # `start_prefetch()`, "auto" starts a worker to fill the pipeline: not for these.
     expected = [batch.tolist() for batch in loader(0, Uncopyable())]
     with iter(loader("auto", Uncopyable())) as iterator:
+        if prefetch:
+            iterator.start_prefetch()
         found = [batch.tolist() for batch in iterator]
         assert iterator.statistics().worker_count == 0
     assert found == expected

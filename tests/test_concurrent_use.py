@@ -436,27 +436,32 @@ async def test_an_error_of_an_in_order_stage_under_timeouts_is_raised_not_lost(r
     assert got == wanted
 
 
+@pytest.mark.parametrize("part", ["workers", "early read"])
 def test_an_engine_that_fails_to_start_lets_go_of_the_loaders_operations(
-    monkeypatch: pytest.MonkeyPatch,
+    part: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Its claim was never released: once the loader was gone, a later loader's operations at
-    # the same address looked held by another engine, and were deep-copied (a transform that
-    # waits in __deepcopy__ hung a test).
+    """`part` cannot start its threads: the workers (`worker_count=2`), or the early read of
+    `start_prefetch()` at `worker_count=0`. The engine's claim of the loader's operations was
+    never released: once the loader was gone, a later loader's operations at the same address
+    looked held by another engine, and were deep-copied (a transform that waits in
+    __deepcopy__ hung a test)."""
     from aioloader._iteration import threaded
     from aioloader._operations import transforms
+    from aioloader._program import early
 
+    workers, module, name = (2, threaded, "WorkerThreads") if part == "workers" else (0, early, "EarlyRead")
     loader = DataLoader(
-        data_source=RangeDataSource(0, 8), sampler=IndexSampler(8, num_epochs=1), worker_count=2
+        data_source=RangeDataSource(0, 8), sampler=IndexSampler(8, num_epochs=1), worker_count=workers
     )
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("no threads today")
+        raise RuntimeError("can't start new thread")
 
     held = dict(transforms._claimed)
     with monkeypatch.context() as patched:
-        patched.setattr(threaded, "WorkerThreads", refuse)
-        with pytest.raises(RuntimeError, match="no threads today"):
-            next(iter(loader))
+        patched.setattr(module, name, refuse)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            iter(loader).start_prefetch()
     assert transforms._claimed == held
     assert list(loader) == list(range(8))
 
@@ -499,3 +504,91 @@ def test_an_interrupt_while_the_workers_pattern_is_copied_lets_go_of_the_loaders
     assert transforms._claimed == held
     transform.interrupt = None
     assert sum(len(batch) for batch in loader) == 64
+
+
+class NamesWhatItCopies(MapTransform):
+    """Records the id of each object that a copy is made from."""
+
+    def __init__(self, sources: list[int]) -> None:
+        self.sources = sources
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NamesWhatItCopies:
+        self.sources.append(id(self))
+        return NamesWhatItCopies(self.sources)
+
+    def map(self, element: int) -> int:
+        return element
+
+
+class SaysWhenWaitedFor(threading.Event):
+    """An event that says when a thread starts waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_for = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited_for.set()
+        return super().wait(timeout)
+
+
+def copy_counting_operations(sources: list[int]) -> Any:
+    """A loader's operations (claimed by this caller) whose copies record what they copy."""
+    operations = DataLoader(
+        data_source=RangeDataSource(0, 8),
+        sampler=IndexSampler(8, num_epochs=1),
+        operations=[NamesWhatItCopies(sources)],
+    ).operations
+    own, claimed = operations.claim()
+    assert own is operations
+    assert claimed
+    return operations
+
+
+def claim_in_another_thread(operations: Any) -> tuple[threading.Thread, list[Any]]:
+    """A second claim of the held `operations`, started in a thread, and waiting for the
+    holder's pattern when this returns."""
+    from aioloader._operations import transforms
+
+    settled = transforms._claimed[id(operations)].settled = SaysWhenWaitedFor()
+    answers: list[Any] = []
+    claiming = threading.Thread(target=lambda: answers.append(operations.claim()))
+    claiming.start()
+    assert settled.waited_for.wait(30)
+    return claiming, answers
+
+
+def test_a_second_claim_waits_for_the_holders_pattern_and_copies_it() -> None:
+    """Two iterators of one loader started at once: the second's claim came while the first
+    was still copying its pattern, and copied the loader's own operations, which the first's
+    consumer's thread then ran (a copy of a growing cache failed midway). It waits for the
+    pattern, and copies it."""
+    sources: list[int] = []
+    operations = copy_counting_operations(sources)
+    claiming, second = claim_in_another_thread(operations)
+    try:
+        assert claiming.is_alive()
+        pattern = operations.for_worker()
+        operations.settle(pattern)
+        claiming.join(30)
+        ((copy, second_claimed),) = second
+        assert not second_claimed
+        assert sources == [id(operations.before[0].target), id(pattern.before[0].target)]
+        assert copy.before[0].target is not pattern.before[0].target
+    finally:
+        operations.settle(None)
+        operations.release()
+        claiming.join(30)
+
+
+def test_a_released_claim_lets_a_waiting_claim_copy_the_loaders_operations() -> None:
+    """An engine that fails before it settles its claim releases it: a claim waiting for its
+    pattern then copies the loader's own operations (nothing runs them any more)."""
+    sources: list[int] = []
+    operations = copy_counting_operations(sources)
+    claiming, second = claim_in_another_thread(operations)
+    operations.release()
+    claiming.join(30)
+    assert not claiming.is_alive()
+    assert second[0][1] is False
+    assert sources == [id(operations.before[0].target)]

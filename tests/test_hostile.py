@@ -1532,25 +1532,31 @@ class SlowReadCallsItsOwnIterator(CallsItsOwnIterator):
 
 
 @repeated
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "start_prefetch"])
 @pytest.mark.parametrize("call", ["next", "set_state"])
 @pytest.mark.parametrize("key", [3, 100])
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_source_calling_its_own_iterator_from_a_read_thread_is_an_error_at_its_record(
-    key: int, call: str, repeat: int
+    workers: int, key: int, call: str, prefetch: bool, repeat: int
 ) -> None:
-    """Record 3 is read by a worker or a read thread, record 100 by a read thread. The read
-    threads, started by a worker or the consumer's thread, waited for the turn that the
-    `next()` waiting for their read held (a hang)."""
+    """With workers, record 3 is read by a worker or a read thread, record 100 by a read
+    thread; at `worker_count=0`, by the caller's thread, or after `start_prefetch()` record 3
+    by a thread of the early read. The read threads, started by a worker, the consumer's
+    thread or `start_prefetch()`, waited for the turn that the `next()` waiting for their
+    read held (a hang)."""
     source = SlowReadCallsItsOwnIterator(call, key)
     loader = DataLoader(
         data_source=source,
         sampler=IndexSampler(200, num_epochs=1),
         operations=[Batch(8)],
-        worker_count=2,
+        worker_count=workers,
         read_options=ReadOptions(num_threads=4),
     )
     got: list[int] = []
     with iter(loader) as iterator:
         source.iterator, source.state = iterator, iterator.get_state()
+        if prefetch:
+            iterator.start_prefetch()
         with pytest.raises(RuntimeError, match=f"DataLoaderIterator.{call}\\(\\) was called from") as raised:
             got.extend(x for batch in iterator for x in batch.tolist())
     assert got == list(range(key - key % 8))

@@ -113,7 +113,7 @@ class InlineEngine:
         self._pool = _inline_read_pool(spec)
         self._program = program = spec.program(self._pool)
         self._shutdown = program.shutdown
-        steps, self._early = _inline(program, spec, position, prefetch)
+        steps, self._early = _started(program, spec, position, prefetch)
         self._awaits = InlineAwaits()
         self._outputs = run_inline(steps, self._awaits)
         self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
@@ -190,7 +190,7 @@ class AsyncInlineEngine:
 
     def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
         self._program = spec.program(None)
-        steps, self._early = _inline(self._program, spec, position, prefetch)
+        steps, self._early = _started(self._program, spec, position, prefetch)
         self._outputs = AsyncInline(steps)
         self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
 
@@ -223,6 +223,18 @@ class AsyncInlineEngine:
         if self._early is not None:
             await aclose_elsewhere(self._early.close)  # joins its threads without blocking the loop
         self._program.release()
+
+
+def _started(
+    program: Program, spec: LoaderSpec, position: Position, prefetch: bool
+) -> tuple[Steps, EarlyRead | None]:
+    """`_inline`, releasing the program's claim of the loader's operations if it fails (a
+    thread of the early read that cannot start): no engine will hold them."""
+    try:
+        return _inline(program, spec, position, prefetch)
+    except BaseException:
+        program.release()
+        raise
 
 
 def _inline(

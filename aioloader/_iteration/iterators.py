@@ -327,6 +327,8 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
         raise reentry(
             f"DataLoaderIterator.{call}", "inside the same iterator's next(), in the caller's thread"
         )
+    if contexts.runs(iterator):  # a thread that its `start_prefetch()` started (an early read's)
+        raise reentry(f"DataLoaderIterator.{call}", _ITS_THREADS)
     serving = contexts.working_for()
     if serving is None:  # not a worker thread (the consumer's): nothing more to check
         return
@@ -337,9 +339,7 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
         if engine is not None and serving is getattr(engine, "scheduler", None):
             if acquired:
                 turn.release()
-            raise reentry(
-                f"DataLoaderIterator.{call}", "one of the same iterator's threads (a worker or a read thread)"
-            )
+            raise reentry(f"DataLoaderIterator.{call}", _ITS_THREADS)
     turn.release()
 
 
@@ -416,7 +416,11 @@ class DataLoaderIterator(itertools.chain[Any]):
         there (a 0), for an async source there, once the pipeline runs, or
         on a closed iterator. Idempotent; never changes the outputs.
         """
-        self._cursor.prefetch(sync_engine)
+        mark = contexts.running(self)  # the threads it starts serve this iterator
+        try:
+            self._cursor.prefetch(sync_engine)
+        finally:
+            contexts.done(mark)
 
     def get_state(self) -> bytes:
         """The position after the last output delivered, as Grain's: a small JSON document,
@@ -629,7 +633,11 @@ class AsyncDataLoaderIterator:
                 "iterates it (from a coroutine); no event loop is running in this thread."
             ) from None
         self._check_loop()
-        self._cursor.prefetch(self._make_engine)
+        mark = contexts.running(self)  # the threads it starts serve this iterator
+        try:
+            self._cursor.prefetch(self._make_engine)
+        finally:
+            contexts.done(mark)
 
     def get_state(self) -> bytes:
         """The position after the last output delivered, as Grain's: a small JSON document,
@@ -667,7 +675,7 @@ class AsyncDataLoaderIterator:
         if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
             raise reentry(
                 f"AsyncDataLoaderIterator.{call}",
-                "one of the same iterator's threads (a worker or a read thread)",
+                _ITS_THREADS,
             )
 
     def statistics(self) -> LoaderStatistics:

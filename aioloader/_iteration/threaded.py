@@ -57,12 +57,15 @@ class ThreadedEngine:
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         program = spec.program(self._read_pool, workers=True)
+        # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
+        # the event loop, where user code must not run), and where the consumer's thread can
+        # run every step of a job (threads, no async segments).
+        inline = loop is None and spec.executor == "thread" and not program.awaits()
         try:
-            if spec.auto_memory_limit is None and not program.copyable():
-                # Every worker's copy would fail: the copy's error, naming the operation,
-                # before any record runs ("auto" keeps such operations on level 0 instead).
-                program.operations.for_worker()
-            self._start(spec, program, position, loop, prefetch)
+            # A copy that fails is the copy's error, naming the operation, before any record
+            # runs; "auto" keeps such operations on level 0 instead.
+            program.prepare_workers(consumer_runs=inline, required=spec.auto_memory_limit is None)
+            self._start(spec, program, position, loop, prefetch, inline)
         except BaseException:
             if hasattr(self, "_workers"):  # started: nothing else would ever stop them
                 self.close()
@@ -79,6 +82,7 @@ class ThreadedEngine:
         position: Position,
         loop: asyncio.AbstractEventLoop | None,
         prefetch: bool,
+        inline: bool,
     ) -> None:
         self.scheduler = Scheduler(program, position, spec.window, spec.worker_count)
         if self._read_pool is not None:  # its readers are the pipeline's threads, as the workers are
@@ -92,14 +96,12 @@ class ThreadedEngine:
             self._segments = AsyncSegments(self.scheduler, loop)
             self.scheduler.use_async_runner(self._segments)
         runner = _interpreter_runner(program) if spec.executor == "interpreter" else thread_runner(program)
-        # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
-        # the event loop, where user code must not run), and where the consumer's thread can
-        # run every step of a job (threads, no async segments). "auto" starts there: no
-        # thread before the first batch, and most work runs as fast on one worker as there;
-        # but with one worker when asked to prefetch, which the consumer's thread cannot.
-        inline = loop is None and spec.executor == "thread" and self._segments is None
+        # "auto" starts on level 0 (`inline`): no thread before the first batch, and most work
+        # runs as fast on one worker as there; but with one worker when asked to prefetch,
+        # which the consumer's thread cannot, unless no worker can copy the operations.
         auto = spec.auto_memory_limit is not None
-        first = (0 if inline and not prefetch else 1) if auto else spec.worker_count
+        level0 = inline and (not prefetch or not program.copyable())
+        first = (0 if level0 else 1) if auto else spec.worker_count
         self._workers = WorkerThreads(self.scheduler, runner, first, "aioloader-worker")
         self._spec = spec
         self._tuner = self._make_tuner(spec, program, inline)

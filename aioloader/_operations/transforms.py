@@ -203,52 +203,51 @@ class Operations(NamedTuple):
 
         return Operations([copy_of(op) for op in self.before], self.batch, [copy_of(op) for op in self.after])
 
-    def pattern(self) -> Operations | None:
-        """A copy for the workers to copy in turn: nothing runs it, so it can be copied while
-        these run (a copy of a dict that a transform grows on every record fails, or catches it
-        half-changed). None if these cannot be copied: each worker's copy of them then raises
-        the copy's error, naming the operation (see `for_worker`)."""
-        try:
-            return self.for_worker()
-        except Exception:  # the copy's own error (a lock's TypeError, a `__getstate__` that refuses)
-            return None
+    def claim(self) -> tuple[Operations, bool]:
+        """These operations for one engine, whose consumer's thread may run them: the
+        loader's own if no other engine holds them (then True: `settle` the claim before
+        anything runs them, and `release` them when done), else a copy, so that two
+        iterators of one loader, in two threads at once, never share a transform's state.
 
-    def claim(self, workers: bool) -> tuple[Operations, Operations | None, bool]:
-        """These operations for one engine: those its consumer's thread runs, the `pattern`
-        its workers copy (None without workers), and True if the first are the loader's own
-        (then `release` them when done).
-
-        The loader's own go to the first engine that asks, and a copy to any other while
-        they are held, so that two iterators of one loader, in two threads at once, never
-        share a transform's state. That copy is made from the holder's pattern, which nothing
-        runs; a holder without workers has none, and the loader's own are copied then.
-        Copying only for a second engine spares the usual single iterator without workers a
-        deep copy of a large transform. The pattern is made here, before the consumer's
-        thread first runs the operations: the workers' copies hold the operations as they
-        were when the iteration started, whatever the consumer's thread has run since."""
+        The copy is made from the holder's pattern (see `settle`), which nothing runs, once
+        the holder has settled; without a pattern, from the loader's own, which then only
+        a holder at `worker_count=0` runs meanwhile. Copying only for a second engine
+        spares the usual single iterator without workers a deep copy of a large transform."""
         with _claims:
             held = _claimed.get(id(self))
             if held is None:
-                _claimed[id(self)] = (self, None)
-        if held is not None:
-            own = (self if held[1] is None else held[1]).for_worker()
-            return own, own.pattern() if workers else None, False
-        try:
-            pattern = self.pattern() if workers else None
-        except BaseException:  # an interrupt in a `__deepcopy__`: no engine will release them
-            self.release()
-            raise
-        if pattern is not None:
-            with _claims:
-                if _claimed.get(id(self), (None,))[0] is self:
-                    _claimed[id(self)] = (self, pattern)
-        return self, pattern, True
+                _claimed[id(self)] = _Claim(self)
+                return self, True
+        held.settled.wait()  # one deep copy on the holder's thread, before it runs these
+        return (self if held.pattern is None else held.pattern).for_worker(), False
+
+    def settle(self, pattern: Operations | None) -> None:
+        """The claim's `pattern`: a copy that the holder's workers copy in turn, made before
+        its consumer's thread runs these, and never run (None: the holder makes none).
+        Another engine's claim waits for it, and copies it."""
+        with _claims:
+            held = _claimed.get(id(self))
+        if held is not None and held.operations is self:
+            held.pattern = pattern
+            held.settled.set()
 
     def release(self) -> None:
         """Let another engine run these operations (after `claim` returned True)."""
         with _claims:
-            if _claimed.get(id(self), (None,))[0] is self:
-                del _claimed[id(self)]
+            held = _claimed.get(id(self))
+            if held is None or held.operations is not self:
+                return
+            del _claimed[id(self)]
+        held.settled.set()  # a claim waiting for the pattern copies these instead
+
+
+class _Claim:
+    """The loader's operations held by one engine, and its pattern once `settled`."""
+
+    def __init__(self, operations: Operations) -> None:
+        self.operations = operations
+        self.pattern: Operations | None = None
+        self.settled = threading.Event()
 
 
 def _described(op: Op) -> str:
@@ -266,7 +265,7 @@ def _described(op: Op) -> str:
 # once made a later loader's operations, at the same address, look held: they were copied),
 # with the engine's pattern for other engines to copy (see `claim`).
 _claims = threading.Lock()
-_claimed: dict[int, tuple[Operations, Operations | None]] = {}
+_claimed: dict[int, _Claim] = {}
 
 
 class Prepared(NamedTuple):

@@ -101,8 +101,8 @@ class Program:
     step (`Step.READ_MAPS`, see `_operations/fused`); the subinterpreter
     executor, which runs reads and maps in other interpreters step by step,
     asks for programs that do not.
-    `workers`: the engine may start worker threads, whose copies of the
-    operations come from a pattern made here (see `Operations.claim`).
+    `workers`: the engine may start worker threads, and calls
+    `prepare_workers` before anything runs the operations.
     `shutdown` is set when the engine closes (each worker's copy reads a flag
     of its own, set with it): a synchronous segment then stops before its next read or call of user
     code, raising `Stopped` (see `_common/calls`).
@@ -119,8 +119,10 @@ class Program:
         workers: bool = False,
     ) -> None:
         self.source, self.sampler = source, sampler
-        # The consumer's thread runs `operations`; each worker copies `_pattern` (see `claim`).
-        self.operations, self._pattern, self._claimed = operations.claim(workers)
+        self.operations, self._claimed = operations.claim()  # see `release`
+        self._pattern: Operations | None = None  # what each worker copies (see `prepare_workers`)
+        if self._claimed and not workers:
+            self.operations.settle(None)
         self.seed = sampler.seed
         self.read_threads = read_threads
         self.read_pool = read_pool
@@ -159,6 +161,27 @@ class Program:
             self._claimed = False
             self.operations.release()
 
+    def awaits(self) -> bool:
+        """True when some segment must be awaited on an event loop."""
+        return any(segment.on_loop for stage in self.segments.values() for segment in stage)
+
+    def prepare_workers(self, consumer_runs: bool, required: bool) -> None:
+        """Before anything runs the operations: where the consumer's thread runs them too
+        (`consumer_runs`), make the pattern that each worker copies, which nothing runs (a
+        worker copying the operations that the consumer's thread runs meanwhile fails, or
+        catches a transform's state half-changed: "dictionary changed size during
+        iteration"). The workers then hold the operations as they were when the iteration
+        started. A copy that fails raises if `required`, else leaves no pattern (`copyable`
+        is False). Where only workers run the operations, they copy them directly."""
+        if consumer_runs:
+            try:
+                self._pattern = self.operations.for_worker()
+            except Exception:  # the copy's own error, naming the operation
+                if required:
+                    raise
+        if self._claimed:
+            self.operations.settle(self._pattern)
+
     def copyable(self) -> bool:
         """Whether the workers can copy the operations (their pattern was made)."""
         return self._pattern is not None
@@ -166,9 +189,8 @@ class Program:
     def for_worker(self) -> Program:
         """A copy for one worker: its own operations, the same source and walk.
 
-        The operations are deep-copied (from the pattern, which nothing runs:
-        see `Operations.claim`; without one, from the consumer's, to raise the
-        copy's error) so that each thread owns the state its transforms hold,
+        The operations are deep-copied (from the pattern, see `prepare_workers`,
+        if there is one) so that each thread owns the state its transforms hold,
         and the shutdown flag is the thread's own (see
         `Shutdown`); the source and the walk are shared (both are thread-safe,
         and a source may be large). Called in the worker's thread.

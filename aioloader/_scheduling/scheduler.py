@@ -118,7 +118,7 @@ class Scheduler:
     @property
     def needs_async_runner(self) -> bool:
         """True when some segment must be awaited on an event loop."""
-        return any(segment.on_loop for stage in self.program.segments.values() for segment in stage)
+        return self.program.awaits()
 
     # The workers' side.
 
