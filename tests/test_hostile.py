@@ -1622,16 +1622,21 @@ def test_workers_copy_a_transform_whose_state_grows_on_every_record(repeat: int)
 
 
 class Midway:
-    """A value in a transform's cache. Its copy on another thread than `consumer` stops the
-    deep copy of the cache midway until the consumer's thread has run a record since."""
+    """A value in a transform's cache. Its copies on other threads than `consumer` (the first
+    one only, with `first_only`) stop the deep copy of the cache midway until a record has
+    run since (`ran`)."""
 
-    def __init__(self, consumer: threading.Thread) -> None:
-        self.consumer = consumer
+    def __init__(self, consumer: threading.Thread, first_only: bool = False) -> None:
+        self.consumer, self.first_only = consumer, first_only
         self.copying, self.ran = threading.Event(), threading.Event()
+        self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Midway:
-        if threading.current_thread() is not self.consumer:
-            self.copying.set()
+        with self._lock:
+            stops = threading.current_thread() is not self.consumer
+            stops &= not (self.first_only and self.copying.is_set())
+            self.copying.set() if stops else None
+        if stops:
             self.ran.wait(30)
         return self
 
@@ -1663,6 +1668,34 @@ def test_workers_copy_the_operations_as_they_were_before_any_record_ran(repeat: 
     with iter(batched(transform, 2_000, 4)) as batches:
         assert sum(len(batch) for batch in batches) == 2_000
     assert len(transform.cache) > 2  # the loader's own transform ran records while copied
+
+
+class AddsWhileCopiedOnTheLoop(MapTransform):
+    """An `async def` map (awaited on the loader's event loop) that adds a key to its cache on
+    each record that it maps while a worker copies it."""
+
+    def __init__(self, midway: Midway) -> None:
+        self.cache: dict[Any, Any] = {"midway": midway, "tail": 0}
+
+    async def map(self, element: int) -> int:
+        midway = self.cache["midway"]
+        if midway.copying.is_set():
+            self.cache[element] = element
+            midway.ran.set()
+        return element
+
+
+@repeated
+def test_workers_copy_an_async_map_as_it_was_before_the_loop_ran_it(repeat: int) -> None:
+    """Forced, as above: a worker's copy stops midway through the cache of an `async def` map
+    until the event loop has mapped a record, which adds a key (the other worker reads the
+    records meanwhile). The loop runs the loader's own object: the workers copy the pattern."""
+    midway = Midway(threading.current_thread(), first_only=True)
+    transform = AddsWhileCopiedOnTheLoop(midway)
+    with iter(batched(transform, 2_000, 4)) as batches:
+        assert sum(len(batch) for batch in batches) == 2_000
+    assert midway.ran.is_set()
+    assert len(transform.cache) > 2  # the loop ran records while a worker copied
 
 
 def test_a_second_iterator_copies_the_firsts_pattern_not_the_running_operations() -> None:

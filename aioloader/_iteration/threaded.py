@@ -64,7 +64,8 @@ class ThreadedEngine:
         try:
             # A copy that fails is the copy's error, naming the operation, before any record
             # runs; "auto" keeps such operations on level 0 instead.
-            program.prepare_workers(consumer_runs=inline, required=spec.auto_memory_limit is None)
+            shared = inline or program.awaits()  # the loop runs the `async def` maps
+            program.prepare_workers(shared, required=spec.auto_memory_limit is None)
             self._start(spec, program, position, loop, prefetch, inline)
         except BaseException:
             if hasattr(self, "_workers"):  # started: nothing else would ever stop them

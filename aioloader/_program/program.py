@@ -165,15 +165,17 @@ class Program:
         """True when some segment must be awaited on an event loop."""
         return any(segment.on_loop for stage in self.segments.values() for segment in stage)
 
-    def prepare_workers(self, consumer_runs: bool, required: bool) -> None:
-        """Before anything runs the operations: where the consumer's thread runs them too
-        (`consumer_runs`), make the pattern that each worker copies, which nothing runs (a
-        worker copying the operations that the consumer's thread runs meanwhile fails, or
-        catches a transform's state half-changed: "dictionary changed size during
-        iteration"). The workers then hold the operations as they were when the iteration
-        started. A copy that fails raises if `required`, else leaves no pattern (`copyable`
-        is False). Where only workers run the operations, they copy them directly."""
-        if consumer_runs:
+    def prepare_workers(self, shared: bool, required: bool) -> None:
+        """Before anything runs the operations: where the workers are not alone in running
+        them (`shared`: the consumer's thread runs chunks, or the event loop awaits `async
+        def` maps), make the pattern that each worker copies, which nothing runs (a worker
+        copying the operations while another thread runs them fails, or catches a
+        transform's state half-changed: "dictionary changed size during iteration"). The
+        workers then hold the operations as they were when the iteration started. A copy
+        that fails raises if `required`, else leaves no pattern (`copyable` is False). Where
+        only workers run the operations, they copy them directly (nothing is copied here:
+        on the event loop, for `async for`)."""
+        if shared:
             try:
                 self._pattern = self.operations.for_worker()
             except Exception:  # the copy's own error, naming the operation
