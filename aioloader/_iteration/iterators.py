@@ -335,12 +335,17 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
     acquired = False
     while not acquired:
         acquired = turn.acquire(timeout=TURN_CHECK_SECONDS)
-        engine = iterator._cursor.holder.engine
-        if engine is not None and serving is getattr(engine, "scheduler", None):
+        if _serves(iterator._cursor, serving):
             if acquired:
                 turn.release()
             raise reentry(f"DataLoaderIterator.{call}", _ITS_THREADS)
     turn.release()
+
+
+def _serves(cursor: _Cursor[Any], serving: Any) -> bool:
+    """Whether `serving` (what this thread or task works for) is the scheduler of the
+    iterator's current engine: its workers', read threads' and `async def` maps' own code."""
+    return serving is not None and serving is getattr(cursor.holder.engine, "scheduler", None)
 
 
 def reentry(call: str, where: str) -> RuntimeError:
@@ -671,12 +676,8 @@ class AsyncDataLoaderIterator:
                 f"AsyncDataLoaderIterator.{call}",
                 "inside the same iterator's __anext__ (or a worker it started)",
             )
-        serving = contexts.working_for()
-        if serving is not None and serving is getattr(self._cursor.holder.engine, "scheduler", None):
-            raise reentry(
-                f"AsyncDataLoaderIterator.{call}",
-                _ITS_THREADS,
-            )
+        if _serves(self._cursor, contexts.working_for()):
+            raise reentry(f"AsyncDataLoaderIterator.{call}", _ITS_THREADS)
 
     def statistics(self) -> LoaderStatistics:
         """A snapshot of the pipeline's figures since it started (or restarted with

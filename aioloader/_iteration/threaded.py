@@ -57,15 +57,15 @@ class ThreadedEngine:
         self._loop_thread: LoopThread | None = None
         self._segments: AsyncSegments | None = None
         program = spec.program(self._read_pool, workers=True)
+        awaits = program.awaits()  # the loop runs the `async def` maps
         # Level 0, the consumer's thread, is for `for` only (the consumer of `async for` is
         # the event loop, where user code must not run), and where the consumer's thread can
         # run every step of a job (threads, no async segments).
-        inline = loop is None and spec.executor == "thread" and not program.awaits()
+        inline = loop is None and spec.executor == "thread" and not awaits
         try:
             # A copy that fails is the copy's error, naming the operation, before any record
             # runs; "auto" keeps such operations on level 0 instead.
-            shared = inline or program.awaits()  # the loop runs the `async def` maps
-            program.prepare_workers(shared, required=spec.auto_memory_limit is None)
+            program.prepare_workers(shared=inline or awaits, required=spec.auto_memory_limit is None)
             self._start(spec, program, position, loop, prefetch, inline)
         except BaseException:
             if hasattr(self, "_workers"):  # started: nothing else would ever stop them
