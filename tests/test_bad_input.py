@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 from typing import Any
@@ -20,7 +21,7 @@ from aioloader import (
     ReadOptions,
 )
 from aioloader._loader import MAX_WORKER_COUNT
-from tests.support.outputs import drain, notes
+from tests.support.outputs import adrain, drain, notes
 
 
 def make(**overrides: Any) -> DataLoader:
@@ -179,6 +180,27 @@ def test_the_copys_own_error_arrives_as_itself_with_the_operation_named(workers:
     with pytest.raises(ValueError, match="I shall not be pickled") as raised:
         next(iterator)
     assert "`operations[0]` (RefusesPickling.map) cannot be deep-copied" in notes(raised.value)
+
+
+class StopsWhenCopied(MapTransform):
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise StopIteration("a stray next() in __deepcopy__")
+
+    def map(self, element: Any) -> Any:
+        return element
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["for", "async-for"])
+def test_a_copy_raising_stop_iteration_is_an_error_naming_the_operation_not_the_end(use_async: bool) -> None:
+    """A StopIteration would read as the end of the data (Python turned it into "generator
+    raised StopIteration", naming nothing): a RuntimeError from it, naming the operation."""
+    loader = make(operations=[StopsWhenCopied()], worker_count=2)
+    got, error = asyncio.run(adrain(aiter(loader))) if use_async else drain(loader)
+    assert got == []  # before any record ran
+    assert type(error) is RuntimeError
+    assert str(error) == "deep-copying `operations[0]` (StopsWhenCopied.map) raised StopIteration"
+    assert isinstance(error.__cause__, StopIteration)
+    assert "`operations[0]` (StopsWhenCopied.map) cannot be deep-copied" in notes(error)
 
 
 class ForgetsToReturn(MapTransform):

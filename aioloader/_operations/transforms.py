@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioloader._common.calls import stray_stop
 from aioloader._common.failures import note
 from aioloader._common.validation import bool_field, int_field
 
@@ -186,13 +187,17 @@ class Operations(NamedTuple):
             try:
                 target = copy.deepcopy(op.target, memo)
             except Exception as error:
-                # The copy's own error, as Grain raises its pickling's: the same `except` catches it.
+                # The copy's own error, as Grain raises its pickling's: the same `except` catches
+                # it; a StopIteration, which would read as the end, as a RuntimeError from it.
+                raised = stray_stop(error, f"deep-copying `{op.name}` ({op.what})")
                 note(
-                    error,
+                    raised,
                     f"`{op.name}` ({op.what}) cannot be deep-copied for a worker thread; "
                     f"define __deepcopy__ returning self to share it.",
                 )
-                raise
+                if raised is error:
+                    raise
+                raise raised from error
             if type(target) is not type(op.target):  # a `__deepcopy__` that forgot its `return`
                 raise TypeError(
                     f"`{op.name}` ({op.what}): copying it for a worker thread gave "
