@@ -5,7 +5,6 @@ What the iterators need of it is a frozen `LoaderSpec`, built here once.
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 from collections.abc import Sequence
@@ -44,7 +43,9 @@ class DataLoader:
     each start a new iterator; `iter(loader)` / `aiter(loader)` give one whose
     `get_state()` / `set_state()` checkpoint and resume it.
 
-    `worker_count=0` runs everything in the caller's thread (the debug mode);
+    `worker_count=0` runs everything in the caller's thread (the debug mode),
+    but for a slow source's reads, which go to `read_options.num_threads` read
+    threads as Grain's do (none with `num_threads=0`);
     `worker_count=None` means one worker per CPU (`os.cpu_count()`), as in
     Grain; `worker_count=N` runs reads and operations on N worker threads (at
     most `MAX_WORKER_COUNT`, 256), each with its own deep copy of the
@@ -294,12 +295,3 @@ def load(
         worker_count=worker_count,
         read_options=read_options,
     )
-
-
-def reading_on_threads_inline(loader: DataLoader) -> DataLoader:
-    """`loader`, but reading a slow source on `read_options.num_threads` threads at
-    `worker_count=0` too (not the debug mode's caller's thread): the Dataset API's
-    `to_iter_dataset()`, which Grain reads on threads. Not a method: users never need it."""
-    copied = copy.copy(loader)
-    copied._spec = loader._spec._replace(inline_read_threads=True)
-    return copied

@@ -162,18 +162,58 @@ def test_to_iter_dataset_left_early_joins_its_read_threads(clock: VirtualClock) 
     assert wait_for_no_threads() == []
 
 
-def test_worker_count_0_reads_even_a_slow_source_in_the_callers_thread(clock: VirtualClock) -> None:
-    """The debug mode (DESIGN.md): everything in the caller's thread, reads included."""
+@pytest.mark.parametrize(
+    "options", [ReadOptions(num_threads=8), ReadOptions(num_threads=0), ReadOptions(prefetch_buffer_size=0)]
+)
+def test_worker_count_0_reads_a_slow_source_on_num_threads_threads_as_grain_does(
+    options: ReadOptions, clock: VirtualClock
+) -> None:
+    # Grain's DataLoader reads through `to_iter_dataset(read_options)` at any worker count:
+    # at 0 its read threads read ahead. Here the caller's thread read one 20 ms read after
+    # another (a blocking 2 ms source: 471 records/s, Grain 4,842). The maps still run in
+    # the caller's thread, and `num_threads=0` reads there too, as Grain's does.
+    keys = IndexSampler(48, shuffle=True, seed=4, num_epochs=1).record_keys(0, 48)
+    source = Threads(48, clock)
+    mapped_in: set[str] = set()
 
-    class Noted(SlowSource):
+    def tag(x: int) -> int:
+        mapped_in.add(threading.current_thread().name)
+        return x + 1
+
+    sampler = IndexSampler(48, shuffle=True, seed=4, num_epochs=1)
+    pipeline = DataLoader(data_source=source, sampler=sampler, operations=[tag], read_options=options)
+    with iter(pipeline) as iterator:
+        assert list(iterator) == [key * 2 + 1 for key in keys]
+        threads = iterator.statistics().read_threads
+    assert mapped_in == {threading.current_thread().name}
+    if options.reads_ahead:
+        assert source.most_in_flight >= 4  # 8 unless the machine is very busy
+        assert any(name.startswith("aioloader-read") for name in source.readers)
+        assert threads == 8
+    else:
+        assert source.most_in_flight == 1
+        assert source.readers == {threading.current_thread().name}
+        assert threads == 0
+    assert wait_for_no_threads() == []
+
+
+def test_worker_count_0_reads_a_fast_source_in_the_callers_thread(
+    clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source whose reads do not wait is read where the chunk runs: no read thread starts."""
+    starts = note_thread_starts(monkeypatch)
+
+    class Fast(SlowSource):
         def __getitem__(self, key: int) -> int:
             assert threading.current_thread() is threading.main_thread()
-            return super().__getitem__(key)
+            self.clock.advance(1e-6)
+            return key * 2
 
-    keys = IndexSampler(300, shuffle=True, seed=4, num_epochs=1).record_keys(0, 300)
-    source = Noted(300, clock)
-    assert list(loader(source, 0, 8)) == [key * 2 for key in keys]
-    assert source.most_in_flight == 1
+    keys = IndexSampler(3000, shuffle=True, seed=4, num_epochs=1).record_keys(0, 3000)
+    with iter(loader(Fast(3000, clock), 0, 8)) as iterator:
+        assert list(iterator) == [key * 2 for key in keys]
+        assert iterator.statistics().read_threads == 0
+    assert starts == []
 
 
 def test_read_threads_are_joined_on_close(clock: VirtualClock) -> None:
@@ -213,10 +253,11 @@ def test_now_and_then_a_slow_read_stays_on_the_workers(clock: VirtualClock) -> N
     assert_no_read_threads(Hiccups(3000, clock))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize(
     "bad", [0, 2, 5, 300]
 )  # among the first reads of a chunk, timed one by one, or after
-def test_a_failing_slow_read_is_reported_at_its_place(bad: int, clock: VirtualClock) -> None:
+def test_a_failing_slow_read_is_reported_at_its_place(bad: int, workers: int, clock: VirtualClock) -> None:
     class Failing(SlowSource):
         def __getitem__(self, key: int) -> int:
             if key == keys[bad]:
@@ -224,7 +265,7 @@ def test_a_failing_slow_read_is_reported_at_its_place(bad: int, clock: VirtualCl
             return super().__getitem__(key)
 
     keys = IndexSampler(400, shuffle=True, seed=4, num_epochs=1).record_keys(0, 400)
-    got, error = drain(loader(Failing(400, clock), 2, 8))
+    got, error = drain(loader(Failing(400, clock), workers, 8))
     assert got == [key * 2 for key in keys[:bad]]
     assert isinstance(error, OSError)
     assert f"cannot read {keys[bad]}" in str(error)

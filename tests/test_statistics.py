@@ -394,20 +394,28 @@ def test_a_good_log_interval_in_the_environment_is_taken() -> None:
     assert done.stdout.strip() == "2.5", done.stderr
 
 
-@pytest.mark.parametrize(("inline", "workers"), [(True, 0), (False, 2)])
-def test_slow_reads_get_the_read_threads_advice_where_threads_run_chunks(inline: bool, workers: int) -> None:
+@pytest.mark.parametrize(
+    ("inline", "workers", "threads"), [(True, 0, 16), (False, 2, 16), (False, 0, 16), (False, 0, 0)]
+)
+def test_slow_reads_get_the_read_threads_advice_where_threads_run_chunks(
+    inline: bool, workers: int, threads: int
+) -> None:
     # With the consumer's thread chosen to run the chunks, slow reads still go to the read
-    # threads: the advice once spoke of hand-offs and subinterpreters instead.
+    # threads: the advice once spoke of hand-offs and subinterpreters instead. At
+    # `worker_count=0` the read threads engage once reads wait (none: the reads are work).
     stages = [
         aioloader.StageStatistics("read", 100, 10.0, 9.0, 1),
         aioloader.StageStatistics("operations[0] (Plus.map)", 100, 10.0, 0.1, 1),
         aioloader.StageStatistics("consumer", 100, 10.0, 0.1, 100),
     ]
     consumer = aioloader.ThreadStatistics("consumer", 1, 0.2, 9.5, 0.0)
-    statistics = LoaderStatistics(10.0, stages, [consumer], [], workers, 16, inline)
+    statistics = LoaderStatistics(10.0, stages, [consumer], [], workers, threads, inline)
     stage, advice = _verdict(statistics)
     assert stage == "read"
-    assert "reads wait: raise `ReadOptions.num_threads` (now 16)" in advice
+    if threads:
+        assert "reads wait: raise `ReadOptions.num_threads` (now 16)" in advice
+    else:
+        assert advice.endswith("read takes the most time: run it on worker threads (`worker_count` > 0)")
 
 
 class SlowKeys:

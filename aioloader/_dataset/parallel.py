@@ -29,7 +29,7 @@ from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Part, Plan, Settings, Stage, state_fields
 from aioloader._device.device_put import DevicePut
 from aioloader._iteration.iterators import AsyncDataLoaderIterator, DataLoaderIterator, position_of, state_at
-from aioloader._loader import DataLoader, reading_on_threads_inline
+from aioloader._loader import DataLoader
 from aioloader._observability.statistics import LoaderStatistics
 from aioloader._operations.transforms import Batch, Kind, Prepared, is_not_none
 from aioloader._sampling.metadata import RecordMetadata
@@ -114,7 +114,7 @@ class EnginePart(Part):
         sampler = (
             IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0) if len(source) else NoIndices()
         )
-        loader = DataLoader(
+        return DataLoader(
             data_source=source,
             sampler=sampler,
             operations=self._marking() if self.checked else self._labelled(),
@@ -126,11 +126,6 @@ class EnginePart(Part):
             worker_buffer_size=0,
             device_put=device_put,
         )
-        # Without a prefetch above, the part runs in the caller's thread, but its slow reads
-        # (`ds[i]`, the MapDataset's maps with them) go `read_options.num_threads` at once,
-        # as Grain's `to_iter_dataset` reads on threads: 40 reads of 50 ms took 2.0 s one
-        # after another, 0.17 s in Grain.
-        return reading_on_threads_inline(loader) if self.settings.worker_count == 0 else loader
 
     def build(self, device_put: DevicePut | None = None) -> Stage[Any]:
         if not self.checked:

@@ -103,14 +103,21 @@ class InlineEngine:
     call of user code, and that `next()` answers the end. The generator is
     only ever closed by a thread that is not running it. With `prefetch`
     (`start_prefetch()`), the first chunk's records are read on other threads
-    until the first `next()` asks for them (see `EarlyRead`). With the spec's
-    `inline_read_threads` (the Dataset API), a slow source's reads of a chunk
-    go to a read pool, `read_options.num_threads` at once, as the workers'
-    reads do (see `read_pool`); the rest of the chunk stays in this thread.
+    until the first `next()` asks for them (see `EarlyRead`). A slow source's reads of
+    a chunk go to a read pool, `read_options.num_threads` at once, as the
+    workers' reads do and as Grain's `worker_count=0` reads on its read threads
+    (see `read_pool`: a source whose reads do not wait is read here, untimed
+    but for a chunk's first records); the rest of the chunk stays in this thread.
     """
 
     def __init__(self, spec: LoaderSpec, position: Position, prefetch: bool = False) -> None:
         self._pool = _inline_read_pool(spec)
+        # What its read threads carry (`contexts.serve`), so that a read calling this engine's
+        # iterator is refused, as a threaded engine's threads carry its scheduler. A token,
+        # not the engine: the pool would hold the engine in a cycle.
+        self.scheduler = object()
+        if self._pool is not None:
+            self._pool.serving = self.scheduler
         self._program = program = spec.program(self._pool)
         self._shutdown = program.shutdown
         steps, self._early = _started(program, spec, position, prefetch)
@@ -158,10 +165,15 @@ class InlineEngine:
         self._shutdown.set()
         with self._lock:
             self._closed = True
-            if self._running:
+            running = self._running
+            if running:
                 self._awaits.cancel()  # an await in progress would not see the shutdown
-                return  # `next()` in another thread stops soon, and closes the generator
-        self._finish()
+        if not running:
+            self._finish()
+        elif self._pool is not None:
+            # `next()` in another thread stops soon and closes the generator; the read
+            # threads are joined here, as close() joins every thread the loader started.
+            self._pool.close()
 
     def _finish(self) -> None:
         self._outputs.close()
@@ -173,8 +185,8 @@ class InlineEngine:
 
 
 def _inline_read_pool(spec: LoaderSpec) -> ReadPool | None:
-    """The inline engine's read pool, where the spec asks for one and reads may run ahead."""
-    if not (spec.inline_read_threads and spec.read_options.reads_ahead):
+    """The inline engine's read pool, where reads may run ahead (`ReadOptions`, both above 0)."""
+    if not spec.read_options.reads_ahead:
         return None
     from aioloader._program.read_pool import ReadPool  # loaded where it is used
 

@@ -43,9 +43,6 @@ class LoaderSpec(NamedTuple):
     length: int | None
     auto_memory_limit: int | None = None  # `worker_count="auto"`: its memory bound, in bytes
     auto_read_threads: bool = False  # `worker_count="auto"` without `read_options`: read threads too
-    # `worker_count=0` reads a slow source on `read_options.num_threads` threads all the same:
-    # the Dataset API's `to_iter_dataset()`, which Grain reads on threads (see `InlineEngine`).
-    inline_read_threads: bool = False
 
     def program(self, read_pool: ReadPool | None, workers: bool = False) -> Program:
         """A fresh program over this spec's walk (fusing reads and maps, but for the

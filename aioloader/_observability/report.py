@@ -37,8 +37,9 @@ def _advice(statistics: LoaderStatistics, name: str, share: float) -> str:
     waits = f"the consumer waited {share:.0%} of its time for data; {name} takes the most time"
     if name == "device_put":
         return f"{waits}: the transfer to the device limits throughput (fewer or larger batches help)"
-    if name == "read" and (statistics.inline or statistics.worker_count > 0):
-        # Where the tuner chose the consumer's thread too: slow reads go to the read threads.
+    if name == "read" and (statistics.inline or statistics.worker_count > 0 or statistics.read_threads > 0):
+        # Where the consumer's thread runs the chunks too (`worker_count=0`, or the tuner's
+        # choice): slow reads go to the read threads, engaged once reads were seen waiting.
         return (
             f"{waits}: reads wait: raise `ReadOptions.num_threads` "
             f"(now {statistics.read_threads}), or `worker_count` if reads are CPU work"

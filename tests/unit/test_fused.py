@@ -20,6 +20,7 @@ from aioloader._operations.fused import (
     compile_loop,
 )
 from aioloader._operations.transforms import Kind, compile_operations
+from aioloader._program import read_pool
 
 
 class Add(aioloader.MapTransform):
@@ -171,12 +172,15 @@ def test_every_sequence_of_kinds_compiles_and_names_its_stages(kinds: tuple[Kind
 
 
 def test_records_go_through_one_at_a_time() -> None:
-    """Depth first: a record is read and mapped before the next is read (one in flight)."""
+    """Depth first: a record is read and mapped before the next is read (one in flight),
+    once the first `PROBE_READS` reads were timed one by one to learn whether reads wait
+    (`read_pool`: a slow source is read on `ReadOptions.num_threads` threads); the chunk
+    that holds them is read first, then mapped."""
     calls: list[str] = []
 
     class Source:
         def __len__(self) -> int:
-            return 6
+            return 64
 
         def __getitem__(self, key: int) -> int:
             calls.append(f"read {key}")
@@ -187,7 +191,9 @@ def test_records_go_through_one_at_a_time() -> None:
         return 2 * x
 
     loader = aioloader.DataLoader(
-        data_source=Source(), sampler=aioloader.SequentialSampler(6), operations=[double, aioloader.Batch(3)]
+        data_source=Source(), sampler=aioloader.SequentialSampler(64), operations=[double, aioloader.Batch(4)]
     )
-    assert [batch.tolist() for batch in loader] == [[0, 2, 4], [6, 8, 10]]
-    assert calls == [f"{what} {k}" for k in range(6) for what in ("read", "map")]
+    assert [x for batch in loader for x in batch.tolist()] == [2 * k for k in range(64)]
+    probed = read_pool.PROBE_READS  # the first chunk: one batch, of as many records here
+    assert calls[: 2 * probed] == [f"read {k}" for k in range(probed)] + [f"map {k}" for k in range(probed)]
+    assert calls[2 * probed :] == [f"{what} {k}" for k in range(probed, 64) for what in ("read", "map")]
