@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -197,6 +198,63 @@ def test_worker_count_0_reads_a_slow_source_on_num_threads_threads_as_grain_does
     assert wait_for_no_threads() == []
 
 
+class Paced(SlowSource):
+    """Notes how far its reads run ahead of what the consumer took, and the reads done while
+    the consumer was between two `next()` calls (working on a step, say)."""
+
+    def __init__(self, size: int, clock: VirtualClock) -> None:
+        super().__init__(size, clock)
+        self.taken = self.done = self.most_ahead = self.between = 0
+        self.in_next = False
+
+    def __getitem__(self, key: int) -> int:
+        value = super().__getitem__(key)
+        with self.lock:
+            self.done += 1
+            self.most_ahead = max(self.most_ahead, self.done - self.taken)
+            self.between += not self.in_next
+        return value
+
+    def take_all(self, iterator: Any, step_seconds: float) -> list[int]:
+        got = []
+        while True:
+            with self.lock:
+                self.in_next = True
+            try:
+                got.append(next(iterator))
+            except StopIteration:
+                return got
+            with self.lock:
+                self.in_next = False
+                self.taken = len(got)
+            time.sleep(step_seconds)  # the consumer's own work (a training step)
+
+
+@pytest.mark.parametrize("buffer", [16, 64])
+def test_worker_count_0_reads_the_next_chunk_while_the_consumer_works(
+    buffer: int, clock: VirtualClock
+) -> None:
+    # Grain's read threads read ahead of its `worker_count=0` loop while the caller trains;
+    # here a chunk's reads waited for the `next()` that needed them, every time: reads
+    # never overlapped the consumer's own work.
+    keys = IndexSampler(160, shuffle=True, seed=4, num_epochs=1).record_keys(0, 160)
+    source = Paced(160, clock)
+    options = ReadOptions(num_threads=8, prefetch_buffer_size=buffer)
+    with iter(
+        DataLoader(
+            data_source=source,
+            sampler=IndexSampler(160, shuffle=True, seed=4, num_epochs=1),
+            read_options=options,
+        )
+    ) as iterator:
+        assert source.take_all(iterator, 0.003) == [key * 2 for key in keys]
+    assert source.between > 0  # reads done while the consumer worked: 0 without reading ahead
+    assert source.done == 160  # each record read once: the chunk read ahead is the one taken
+    assert source.most_ahead <= buffer  # the bound: records read and not yet taken
+    assert source.most_in_flight <= 8
+    assert wait_for_no_threads() == []
+
+
 def test_worker_count_0_reads_a_fast_source_in_the_callers_thread(
     clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,7 +402,7 @@ def test_a_close_ends_the_reads_not_started_with_stopped_and_joins_the_threads()
     closer.join(30)
     assert not closer.is_alive()
     assert [t for t in threading.enumerate() if t.name.startswith("aioloader-read")] == []
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(Stopped):  # a read asked for after the close: abandoned, not failed
         pool.map(read, [4])
 
 

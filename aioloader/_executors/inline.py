@@ -48,9 +48,18 @@ def inline_steps(
 
     `first_records`: the first chunk's size (see `ChunkPlanner`)."""
     planner, tail = plan_chunks(program, position, prefetch_buffer_size, first_records)
-    while (job := planner.next_job()) is not None:
+    job = planner.next_job()
+    while job is not None:
         result, seconds, wall = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds, wall, output_bytes(result), program.reads_at_once())
+        count, job = job.count, planner.next_job()
+        if job is not None and program.read_pool is not None and program.read_pool.engaged:
+            # Reads wait: read the next chunk while the consumer takes this one's outputs,
+            # within the bound (this chunk's records and the next's, `prefetch_buffer_size`
+            # at most: later chunks are cut to half of it).
+            planner.limit(prefetch_buffer_size // 2)
+            if count + job.count <= prefetch_buffer_size:
+                program.read_ahead(job)
         ready: list[Outputs] = []
         if tail is None:
             ready.append(result)

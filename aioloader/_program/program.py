@@ -45,7 +45,7 @@ from aioloader._operations.batching import BatchPlan, BatchRun
 from aioloader._operations.fused import PROBE_RECORDS, FusedMaps
 from aioloader._operations.transforms import Kind, Op, Operations
 from aioloader._program.jobs import BatchJob, ChunkJob, Elements, Outputs
-from aioloader._program.records import RecordChunk, aread, read
+from aioloader._program.records import RecordChunk, aread, read, read_label
 from aioloader._program.steps import Step, StepCall
 from aioloader._sampling.walk import Walk
 from aioloader._sources.protocols import is_async_source
@@ -53,7 +53,7 @@ from aioloader._sources.protocols import is_async_source
 if TYPE_CHECKING:
     import asyncio  # at run time only where an event loop is used: `for` never loads asyncio
 
-    from aioloader._program.early import EarlyRead  # loaded by `read_early`, for `start_prefetch()`
+    from aioloader._program.early import EarlyRead, ReadAhead  # loaded where they are made
     from aioloader._program.read_pool import ReadPool  # loaded with the first workers
 
 
@@ -142,6 +142,7 @@ class Program:
         self.shutdown = Shutdown()
         self.filters = FilterWindows()  # this copy's: each worker's is its own
         self.early: EarlyRead | None = None  # see `read_early`
+        self.ahead: ReadAhead | None = None  # see `read_ahead`
 
     def read_early(self, job: ChunkJob, threads: int) -> EarlyRead | None:
         """Start reading `job`'s records on other threads, for the first `_step_read` of
@@ -153,6 +154,18 @@ class Program:
 
         self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
         return self.early
+
+    def read_ahead(self, job: ChunkJob) -> None:
+        """Queue `job`'s reads on the read pool now, for its chunk to take: the inline
+        driver's next chunk, read while the consumer takes the outputs of the one before,
+        as Grain's read threads read ahead. Only once the pool is engaged (reads were seen
+        waiting), and not while an early read waits to be taken."""
+        pool = self.read_pool
+        if pool is None or not pool.engaged or not self._pooled_reads or self.early is not None:
+            return
+        from aioloader._program.early import ReadAhead
+
+        self.ahead = ReadAhead(self.source, job, self._step_keys(0, job), pool, self.shutdown)
 
     def release(self) -> None:
         """The engine is done with this program: another may run the loader's own
@@ -277,6 +290,9 @@ class Program:
     # Synchronous steps: (arg, payload) -> payload (see `_SYNC_STEPS`).
 
     def _step_keys(self, _: int, job: ChunkJob) -> RecordChunk:
+        ahead = self.ahead
+        if ahead is not None and ahead.job is job:  # walked already, its reads queued
+            return ahead.chunk
         walked = self.sampler.walk(job.start, job.start + job.count)
         chunk = RecordChunk(job.start, walked.keys, walked.indices, job.skip, job.skip_outputs)
         chunk.rngs = walked.rngs
@@ -288,6 +304,9 @@ class Program:
     def _step_read(self, _: int, chunk: RecordChunk) -> RecordChunk:
         early, self.early = self.early, None
         if early is not None and early.take(chunk):
+            return chunk
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.take(chunk):
             return chunk
         pool = self.read_pool  # see `_read_pool`
         if pool is None or not self._pooled_reads:
@@ -324,7 +343,7 @@ class Program:
         get = self.source.__getitem__ if reads else None
         stage, error, spent = maps.run(out, inputs, get, rngs, self.shutdown, clock)
         if error is not None:
-            what = _read_label(self.source) if reads and stage == 0 else maps.ops[stage - reads].label
+            what = read_label(self.source) if reads and stage == 0 else maps.ops[stage - reads].label
             chunk.fail(len(out), stray_stop(error, what), what)
         if reads and pool is not None:
             pool.note_chunk(spent[0] / min(len(inputs), PROBE_RECORDS) * len(inputs), len(inputs))
@@ -427,11 +446,6 @@ def _counted_as(call: StepCall) -> list[StepCall]:
     if call[0] is not Step.READ_MAPS:
         return [call]
     return [(Step.READ, 0), *((Step.BEFORE, i) for i in range(call[1]))]
-
-
-def _read_label(source: Any) -> str:
-    """How errors name a read, as `records.read` does."""
-    return f"reading from {type(source).__name__}"
 
 
 def _rng_maker(op: Op, chunk: RecordChunk, seed: int | None) -> Callable[[int], Any] | None:

@@ -170,7 +170,7 @@ class ReadPool:
         self._grow()
         with self._lock:  # queued under the lock: after `close` has queued its ends, none is
             if self._closed:
-                raise RuntimeError("the loader is closed")
+                raise Stopped  # the loader closed while this work ran: abandoned, not failed
             for position, key in enumerate(keys):
                 self._queue.put((reads, position, key))
         return reads.results()

@@ -61,6 +61,11 @@ class RecordChunk(Run):
         return Failure.at_record(error, what, self.indices[origin], self.keys[origin])
 
 
+def read_label(source: Any) -> str:
+    """How errors name a read of `source`."""
+    return f"reading from {type(source).__name__}"
+
+
 Mapper = Callable[[Callable[[Any], Any], Sequence[int]], Iterable[Any]]
 
 
@@ -88,7 +93,7 @@ def read(source: Any, chunk: RecordChunk, shutdown: Shutdown = NEVER, mapper: Ma
         else:
             _take_records(source, "__getitems__", chunk, returned)
             return
-    what = f"reading from {type(source).__name__}"
+    what = read_label(source)
     items: list[Any] = []
     chunk.items = items
     try:
@@ -106,7 +111,7 @@ def _take_records(source: Any, method: str, chunk: RecordChunk, returned: Any, a
     keys would become records), a set (no order) or a string is no such sequence; from an
     `awaited` method, neither is one holding an awaitable (see `_unawaited`)."""
     chunk.items = []
-    what = f"reading from {type(source).__name__}"
+    what = read_label(source)
     name = f"`data_source` {type(source).__name__}.{method}"
     if isinstance(returned, str | bytes | Mapping | Set) or not isinstance(returned, Iterable):
         error: Exception = TypeError(
@@ -164,7 +169,7 @@ async def aread(source: Any, chunk: RecordChunk, limit: asyncio.Semaphore) -> No
         if not_data(result):
             raise result
         if isinstance(result, BaseException):
-            chunk.fail(j, result, f"reading from {type(source).__name__}")
+            chunk.fail(j, result, read_label(source))
             break
 
 
