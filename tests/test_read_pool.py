@@ -255,6 +255,45 @@ def test_worker_count_0_reads_the_next_chunk_while_the_consumer_works(
     assert wait_for_no_threads() == []
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_taken_while_the_next_chunk_is_read_ahead_resumes_exactly(
+    workers: int, clock: VirtualClock
+) -> None:
+    # The reads ahead are not part of the position: the state counts what `next()` gave.
+    keys = IndexSampler(160, shuffle=True, seed=4, num_epochs=1).record_keys(0, 160)
+    paced = Paced(160, clock)
+    with iter(loader(paced, 0, 8)) as first:
+        got = [next(first) for _ in range(50)]
+        time.sleep(0.01)  # the next chunk's reads run meanwhile
+        state = first.get_state()
+    assert paced.done > 50  # read past what next() gave: the chunk's rest, the next chunk's reads
+    with iter(loader(Paced(160, clock), workers, 8)) as resumed:
+        resumed.set_state(state)
+        assert got + list(resumed) == [key * 2 for key in keys]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_from_a_read_ahead_reaches_the_consumer_after_the_outputs_before_it(
+    interrupt: type[BaseException], clock: VirtualClock
+) -> None:
+    keys = IndexSampler(160, shuffle=True, seed=4, num_epochs=1).record_keys(0, 160)
+
+    class Interrupting(SlowSource):
+        def __getitem__(self, key: int) -> int:
+            if key == keys[120]:
+                raise interrupt("stop")
+            return super().__getitem__(key)
+
+    iterator = iter(loader(Interrupting(160, clock), 0, 8))
+    got, error = drain(iterator, interrupt)  # the chunk with key 120 is read ahead of the one before
+    assert isinstance(error, interrupt)
+    assert got == [key * 2 for key in keys[: len(got)]]
+    assert len(got) <= 120
+    assert wait_for_no_threads() == []
+    with pytest.raises(StopIteration):  # closed by the interrupt, as with any engine
+        next(iterator)
+
+
 def test_worker_count_0_reads_a_fast_source_in_the_callers_thread(
     clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
