@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aioloader import DataLoader, IndexSampler, MapDataset, MultiprocessingOptions, ReadOptions
+from aioloader import Batch, DataLoader, IndexSampler, MapDataset, MultiprocessingOptions, ReadOptions
 from aioloader._program import read_pool
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
 from tests.support.outputs import drain, notes
@@ -562,3 +562,138 @@ def test_to_iter_dataset_read_failing_on_a_read_thread_is_raised_at_its_place(cl
         got.extend(MapDataset.source(Failing(40, clock)).to_iter_dataset(ReadOptions(num_threads=8)))
     assert got == [key * 2 for key in range(21)]
     assert wait_for_no_threads() == []
+
+
+def run_bounded(target: Any, seconds: float = 20.0) -> None:
+    """`target()` on a thread of its own; a hang fails here, not the whole session."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="bounded")
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "hangs"
+    if errors:
+        raise errors[0]
+
+
+class CallsItsIterator(SlowSource):
+    """At key `at`, on a read thread, `call(iterator)` (the pipeline's own code calling its own
+    iterator: refused); notes what that call raised."""
+
+    def __init__(self, size: int, clock: VirtualClock, at: int, call: Any) -> None:
+        super().__init__(size, clock)
+        self.at, self.call = at, call
+        self.iterator: Any = None
+        self.raised: list[BaseException] = []
+
+    def __getitem__(self, key: int) -> int:
+        value = super().__getitem__(key)
+        if key == self.at and threading.current_thread().name.startswith("aioloader-read"):
+            try:
+                self.call(self)
+            except RuntimeError as error:
+                self.raised.append(error)
+                raise
+        return value
+
+
+@repeated
+def test_a_read_calling_its_iterator_while_another_thread_closes_it_is_refused(
+    repeat: int, clock: VirtualClock
+) -> None:
+    # `close()` took the engine away; the read thread's call was no longer known for the
+    # pipeline's own and waited for the turn that the consumer held, waiting for that read;
+    # `close()` waited for the read thread: all three hung.
+    def close_and_call(source: CallsItsIterator) -> None:
+        threading.Timer(0.01, source.iterator.close).start()
+        next(source.iterator)
+
+    source = CallsItsIterator(300, clock, 150, close_and_call)
+    source.iterator = iter(loader(source, 0, 8))
+
+    got: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            list(source.iterator)  # ends: closed ...
+        except RuntimeError as error:  # ... or with the refused call's error, in order
+            got.append(error)
+
+    run_bounded(consume)
+    assert got in ([], source.raised)
+    assert [type(error) for error in source.raised] == [RuntimeError]
+    assert wait_for_no_threads() == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_state_while_a_read_ahead_calls_its_iterator_is_refused(
+    workers: int, clock: VirtualClock
+) -> None:
+    # `set_state()` closes the engine (joining its read threads) under the iterator's turn; a
+    # read of that engine calling `next()` waited for the turn: a hang.
+    entered, go = threading.Event(), threading.Event()
+
+    def call_when_told(source: CallsItsIterator) -> None:
+        entered.set()
+        if go.wait(10):
+            time.sleep(0.02)  # the consumer is in `set_state()` by now
+        next(source.iterator)
+
+    keys = IndexSampler(300, shuffle=True, seed=4, num_epochs=1).record_keys(0, 300)
+    source = CallsItsIterator(300, clock, keys[100], call_when_told)
+    source.iterator = iterator = iter(loader(source, workers, 8))
+    start = iterator.get_state()
+
+    def consume() -> None:
+        for _ in iterator:
+            time.sleep(0.002)  # the consumer's work, while reads run ahead
+            if entered.is_set():
+                go.set()
+                iterator.set_state(start)
+                return
+
+    run_bounded(consume)
+    assert [type(error) for error in source.raised] == [RuntimeError]
+    source.at = -1  # reads as any source from here on
+    with iterator:
+        assert list(iterator) == [key * 2 for key in keys]
+    assert wait_for_no_threads() == []
+
+
+def test_close_from_another_thread_stops_the_early_read_of_worker_count_0(clock: VirtualClock) -> None:
+    # `start_prefetch()`'s early read went on after a close: the pending `next()` read all 128
+    # records of the first batch (3.2 s), and close() returned with its threads running.
+    class Slower(SlowSource):
+        def __getitem__(self, key: int) -> int:
+            time.sleep(0.05)
+            return super().__getitem__(key)
+
+    source = Slower(2000, clock)
+    iterator = iter(
+        DataLoader(
+            data_source=source,
+            sampler=IndexSampler(2000, num_epochs=1),
+            operations=[Batch(128)],
+            read_options=ReadOptions(num_threads=4),
+        )
+    )
+    iterator.start_prefetch()
+    closed: list[list[threading.Thread]] = []
+
+    def close_soon() -> None:
+        time.sleep(0.1)
+        iterator.close()
+        closed.append(aioloader_threads())
+
+    closer = threading.Thread(target=close_soon)
+    closer.start()
+    run_bounded(lambda: list(iterator))  # ends, with no output: the close came first
+    closer.join(10)
+    assert closed == [[]]  # close() joined them
+    assert source.most_in_flight <= 4

@@ -399,6 +399,46 @@ def test_keyboard_interrupt(where: str, repeat: int) -> None:
     assert "default_int_handler" in result["handler"]  # put back once the loader closed
 
 
+@repeated
+def test_keyboard_interrupt_in_the_step_stops_the_read_threads_of_worker_count_0(repeat: int) -> None:
+    # At `worker_count=0` a slow source is read on read threads, ahead of the consumer: Ctrl-C
+    # during the training step (the iterator kept alive by the traceback) left them running.
+    result = run_child(
+        """
+        import aioloader
+        class Slow:
+            def __len__(self):
+                return 100_000
+            def __getitem__(self, key):
+                time.sleep(0.002)
+                return key
+        loader = aioloader.DataLoader(
+            data_source=Slow(), sampler=aioloader.IndexSampler(100_000, num_epochs=1),
+            operations=[aioloader.Batch(8)],
+        )
+        reading = []
+        def train():
+            iterator = iter(loader)  # a local: the traceback keeps it alive
+            for i, batch in enumerate(iterator):
+                if i == 20:  # the read threads run by now, reading the next chunk
+                    reading.extend(live())
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)  # the training step, cut short by Ctrl-C
+        try:
+            train()
+        except KeyboardInterrupt:
+            deadline = time.monotonic() + 2
+            while live() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            handler = str(signal.getsignal(signal.SIGINT))
+            print(json.dumps({"reading": reading, "live": live(), "handler": handler}))
+        """
+    )
+    assert result["reading"]  # read threads were there to stop
+    assert result["live"] == []
+    assert "default_int_handler" in result["handler"]
+
+
 def test_a_programs_own_sigint_handler_is_left_alone() -> None:
     result = run_child(
         """

@@ -15,7 +15,9 @@ on the two protocols `SyncEngine` and `AsyncEngine`.
 
 from __future__ import annotations
 
+import functools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -95,6 +97,12 @@ def observe_program(
     return Observation(program.stage_names(), program.meters.all(), buffers, workers, read_threads, inline)
 
 
+class Mark:
+    """What an inline engine's threads carry (see `EngineHolder.marks`)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class InlineEngine:
     """`worker_count=0` for `for`: the pipeline runs in the caller's thread as it asks.
 
@@ -115,9 +123,13 @@ class InlineEngine:
         # What its read threads carry (`contexts.serve`), so that a read calling this engine's
         # iterator is refused, as a threaded engine's threads carry its scheduler. A token,
         # not the engine: the pool would hold the engine in a cycle.
-        self.scheduler = object()
+        self.scheduler = Mark()
         if self._pool is not None:
             self._pool.serving = self.scheduler
+            # Its threads read ahead while the consumer works: Ctrl-C there must stop them,
+            # as it stops a threaded engine's (see `interrupts`). Weakly: the pool must not
+            # hold its engine in a cycle.
+            self._pool.on_first_thread = functools.partial(_watch, weakref.ref(self))
         self._program = program = spec.program(self._pool)
         self._shutdown = program.shutdown
         steps, self._early = _started(program, spec, position, prefetch)
@@ -125,7 +137,7 @@ class InlineEngine:
         self._outputs = run_inline(steps, self._awaits)
         self._transfers = None if spec.device_put is None else InlineTransfers(spec.device_put)
         self._lock = threading.Lock()
-        self._running = self._closed = False
+        self._running = self._closed = self._finished = False
 
     def observe(self) -> Observation:
         pool = self._pool
@@ -170,18 +182,32 @@ class InlineEngine:
                 self._awaits.cancel()  # an await in progress would not see the shutdown
         if not running:
             self._finish()
-        elif self._pool is not None:
-            # `next()` in another thread stops soon and closes the generator; the read
-            # threads are joined here, as close() joins every thread the loader started.
+            return
+        # `next()` in another thread stops soon and closes the generator; the threads are
+        # joined here, as close() joins every thread the loader started.
+        if self._early is not None:
+            self._early.close()
+        if self._pool is not None:
             self._pool.close()
 
     def _finish(self) -> None:
+        with self._lock:  # once: Ctrl-C's closer and the consumer's own close may both come
+            if self._finished:
+                return
+            self._finished = True
         self._outputs.close()
         if self._early is not None:
             self._early.close()
         if self._pool is not None:
             self._pool.close()
         self._program.release()
+
+
+def _watch(engine: weakref.ref[InlineEngine]) -> None:
+    """Have Ctrl-C close `engine`, if it is still there."""
+    alive = engine()
+    if alive is not None:
+        interrupts.watch(alive)
 
 
 def _inline_read_pool(spec: LoaderSpec) -> ReadPool | None:
@@ -282,6 +308,11 @@ class EngineHolder(Generic[E]):
         self._lock = threading.Lock()
         self.engine: E | None = None
         self.closed = False
+        # What the threads of each engine it has had carry (`contexts.serve`: the engine's
+        # `scheduler`), as long as they live: a thread of an engine that a close or a
+        # `set_state` took away still runs the pipeline's code, and must still be known
+        # (it would wait for the turn that the consumer holds while it waits for it).
+        self.marks: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def open(self, make: Callable[[], E]) -> E | None:
         """The engine, made by `make()` if there is none yet; None once closed."""
@@ -290,6 +321,9 @@ class EngineHolder(Generic[E]):
                 return None
             if self.engine is None:
                 self.engine = make()
+                mark = getattr(self.engine, "scheduler", None)
+                if mark is not None:
+                    self.marks.add(mark)
             return self.engine
 
     def unless_closed(self, act: Callable[[], T]) -> T | None:

@@ -15,7 +15,8 @@ while the KeyboardInterrupt unwinds the main thread and releases the lock.
 The handler is only installed in the main thread and only over Python's own
 default handler, never over one the program set; it is put back when the last
 iterator closes in the main thread. `signal` (its enums cost most of a millisecond
-to import) loads with the first engine watched: `worker_count=0` never needs it.
+to import) loads with the first engine watched: `worker_count=0` needs it only once
+its read threads start (a slow source, read ahead while the consumer works).
 """
 
 from __future__ import annotations

@@ -343,9 +343,10 @@ def _wait_turn(iterator: DataLoaderIterator, call: str) -> None:
 
 
 def _serves(cursor: _Cursor[Any], serving: Any) -> bool:
-    """Whether `serving` (what this thread or task works for) is the scheduler of the
-    iterator's current engine: its workers', read threads' and `async def` maps' own code."""
-    return serving is not None and serving is getattr(cursor.holder.engine, "scheduler", None)
+    """Whether `serving` (what this thread or task works for) is the scheduler of one of
+    the iterator's engines, the current one or one a close or `set_state` took away: its
+    workers', read threads' and `async def` maps' own code."""
+    return serving is not None and serving in cursor.holder.marks
 
 
 def reentry(call: str, where: str) -> RuntimeError:

@@ -36,8 +36,8 @@ from aioloader._program.records import RecordChunk, read, read_label
 class EarlyRead:
     """The records of `chunk` (its keys set, not yet read), read on a background thread."""
 
-    def __init__(self, source: object, chunk: RecordChunk, threads: int) -> None:
-        self._chunk = chunk
+    def __init__(self, source: object, chunk: RecordChunk, threads: int, shutdown: Shutdown) -> None:
+        self._chunk, self._shutdown = chunk, shutdown
         self._pool = ReadPool(threads)
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -47,7 +47,7 @@ class EarlyRead:
 
     def _read(self, source: object) -> None:
         try:
-            read(source, self._chunk, mapper=self._pool.map)
+            read(source, self._chunk, self._shutdown, self._pool.map)
         except BaseException as error:  # raised again in the consumer, as an inline read would be
             self._error = error
 

@@ -152,7 +152,7 @@ class Program:
             return None
         from aioloader._program.early import EarlyRead
 
-        self.early = EarlyRead(self.source, self._step_keys(0, job), threads)
+        self.early = EarlyRead(self.source, self._step_keys(0, job), threads, self.shutdown)
         return self.early
 
     def read_ahead(self, job: ChunkJob) -> None:

@@ -146,6 +146,7 @@ class ReadPool:
         # Whose jobs the reader threads do (the engine's scheduler): a read that calls its own
         # iterator is refused, whichever thread started the readers (see `_common/contexts`).
         self.serving: Any = None
+        self.on_first_thread: Callable[[], None] | None = None  # called once it has started
 
     @property
     def idle(self) -> bool:
@@ -192,6 +193,9 @@ class ReadPool:
                 if self._readers:  # fewer readers: the reads still all get done
                     return
                 raise
+            first, self.on_first_thread = self.on_first_thread, None
+        if first is not None:
+            first()
 
     def _serve(self) -> None:
         """A reader thread: read what is queued, each read in a slot, until `close`."""
