@@ -355,6 +355,17 @@ from tests.test_shutdown import busy_loader
 signal.signal(signal.SIGINT, signal.default_int_handler)
 def live():
     return [t.name for t in threading.enumerate() if t.name.startswith("aioloader")]
+def train_until_interrupted(train, **fields):
+    # `train()` until Ctrl-C; then print `fields`, the loader threads still alive up to 2 s
+    # later, and SIGINT's handler.
+    try:
+        train()
+    except KeyboardInterrupt:
+        deadline = time.monotonic() + 2
+        while live() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        handler = str(signal.getsignal(signal.SIGINT))
+        print(json.dumps({{**fields, "live": live(), "handler": handler}}))
 """
 
 
@@ -384,14 +395,7 @@ def test_keyboard_interrupt(where: str, repeat: int) -> None:
                 if where == "in-the-loop-body":
                     os.kill(os.getpid(), signal.SIGINT)
                     time.sleep(5)  # the training step, cut short by Ctrl-C
-        try:
-            train()
-        except KeyboardInterrupt:
-            deadline = time.monotonic() + 2
-            while live() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            handler = str(signal.getsignal(signal.SIGINT))
-            print(json.dumps({{"interrupted": True, "live": live(), "handler": handler}}))
+        train_until_interrupted(train, interrupted=True)
         """
     )
     assert result["interrupted"]
@@ -424,14 +428,7 @@ def test_keyboard_interrupt_in_the_step_stops_the_read_threads_of_worker_count_0
                     reading.extend(live())
                     os.kill(os.getpid(), signal.SIGINT)
                     time.sleep(5)  # the training step, cut short by Ctrl-C
-        try:
-            train()
-        except KeyboardInterrupt:
-            deadline = time.monotonic() + 2
-            while live() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            handler = str(signal.getsignal(signal.SIGINT))
-            print(json.dumps({"reading": reading, "live": live(), "handler": handler}))
+        train_until_interrupted(train, reading=reading)
         """
     )
     assert result["reading"]  # read threads were there to stop
