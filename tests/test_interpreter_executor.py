@@ -74,6 +74,12 @@ def no_leftover_interpreters() -> Any:
     gc.collect()
     wait_for_no_threads(2.0)
     if MISSING is None:
+        # An engine closed in the background (an async `set_state`, a finalizer) destroys its
+        # subinterpreters as its workers end, after the test's last line: on a loaded machine
+        # (a CI part beside seven others, 3.13t) one was still there at 2 s. Never is a leak.
+        deadline = time.monotonic() + 10.0
+        while live_interpreters() != before and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert live_interpreters() == before
 
 
