@@ -59,12 +59,12 @@ class SlowSource:
         return key * 2
 
 
-def loader(source: SlowSource, workers: int, threads: int) -> DataLoader:
+def loader(source: SlowSource, workers: int, threads: int, buffer: int = 500) -> DataLoader:
     return DataLoader(
         data_source=source,
         sampler=IndexSampler(source.size, shuffle=True, seed=4, num_epochs=1),
         worker_count=workers,
-        read_options=ReadOptions(num_threads=threads),
+        read_options=ReadOptions(num_threads=threads, prefetch_buffer_size=buffer),
     )
 
 
@@ -237,17 +237,12 @@ def test_worker_count_0_reads_the_next_chunk_while_the_consumer_works(
     # Grain's read threads read ahead of its `worker_count=0` loop while the caller trains;
     # here a chunk's reads waited for the `next()` that needed them, every time: reads
     # never overlapped the consumer's own work.
-    keys = IndexSampler(160, shuffle=True, seed=4, num_epochs=1).record_keys(0, 160)
     source = Paced(160, clock)
-    options = ReadOptions(num_threads=8, prefetch_buffer_size=buffer)
-    with iter(
-        DataLoader(
-            data_source=source,
-            sampler=IndexSampler(160, shuffle=True, seed=4, num_epochs=1),
-            read_options=options,
-        )
-    ) as iterator:
-        assert source.take_all(iterator, 0.003) == [key * 2 for key in keys]
+    with iter(loader(source, 0, 8, buffer)) as iterator:
+        got = source.take_all(iterator, 0.003)
+    assert got == [
+        key * 2 for key in IndexSampler(160, shuffle=True, seed=4, num_epochs=1).record_keys(0, 160)
+    ]
     assert source.between > 0  # reads done while the consumer worked: 0 without reading ahead
     assert source.done == 160  # each record read once: the chunk read ahead is the one taken
     assert source.most_ahead <= buffer  # the bound: records read and not yet taken
