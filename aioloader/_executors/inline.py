@@ -53,12 +53,7 @@ def inline_steps(
         result, seconds, wall = yield from _run_stage(program, Stage.RECORDS, job)
         planner.observe(job.count, seconds, wall, output_bytes(result), program.reads_at_once())
         count, job = job.count, planner.next_job()
-        if (
-            job is not None
-            and result.failure is None
-            and program.read_pool is not None
-            and program.read_pool.engaged
-        ):
+        if job is not None and result.failure is None and program.engaged_pool() is not None:
             # Reads wait: read the next chunk while the consumer takes this one's outputs,
             # within the bound (this chunk's records and the next's, `prefetch_buffer_size`
             # at most: later chunks are cut to half of it).

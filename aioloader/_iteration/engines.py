@@ -140,8 +140,8 @@ class InlineEngine:
         self._running = self._closed = self._finished = False
 
     def observe(self) -> Observation:
-        pool = self._pool
-        observation = observe_program(self._program, [], 0, pool.threads if pool and pool.engaged else 0)
+        pool = self._program.engaged_pool()  # its threads count once reads wait
+        observation = observe_program(self._program, [], 0, 0 if pool is None else pool.threads)
         return observation if self._transfers is None else self._transfers.observed(observation)
 
     def next(self) -> tuple[Outputs, int] | None:
@@ -180,15 +180,12 @@ class InlineEngine:
             running = self._running
             if running:
                 self._awaits.cancel()  # an await in progress would not see the shutdown
-        if not running:
+        if running:
+            # `next()` in another thread stops soon and closes the generator; the threads are
+            # joined here, as close() joins every thread the loader started.
+            self._join_threads()
+        else:
             self._finish()
-            return
-        # `next()` in another thread stops soon and closes the generator; the threads are
-        # joined here, as close() joins every thread the loader started.
-        if self._early is not None:
-            self._early.close()
-        if self._pool is not None:
-            self._pool.close()
 
     def _finish(self) -> None:
         with self._lock:  # once: Ctrl-C's closer and the consumer's own close may both come
@@ -196,11 +193,15 @@ class InlineEngine:
                 return
             self._finished = True
         self._outputs.close()
+        self._join_threads()
+        self._program.release()
+
+    def _join_threads(self) -> None:
+        """Stop the early read's and the read pool's threads and join them (idempotent)."""
         if self._early is not None:
             self._early.close()
         if self._pool is not None:
             self._pool.close()
-        self._program.release()
 
 
 def _watch(engine: weakref.ref[InlineEngine]) -> None:

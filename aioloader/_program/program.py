@@ -160,8 +160,8 @@ class Program:
         driver's next chunk, read while the consumer takes the outputs of the one before,
         as Grain's read threads read ahead. Only once the pool is engaged (reads were seen
         waiting), and not while an early read waits to be taken."""
-        pool = self.read_pool
-        if pool is None or not pool.engaged or not self._pooled_reads or self.early is not None:
+        pool = self.engaged_pool()
+        if pool is None or not self._pooled_reads or self.early is not None:
             return
         from aioloader._program.early import ReadAhead
 
@@ -273,11 +273,16 @@ class Program:
                 named |= {call: self._stage_name(call) for call in calls if call[0] not in _OUTS}
         return list(named.items())
 
+    def engaged_pool(self) -> ReadPool | None:
+        """The read pool once it is engaged (reads were seen waiting, see `read_pool`), else None."""
+        pool = self.read_pool
+        return pool if pool is not None and pool.engaged else None
+
     def reads_at_once(self) -> int:
         """How many of a chunk's reads wait together: the read pool's threads once it is
         engaged, else one (see `ChunkPlanner.observe`)."""
-        pool = self.read_pool
-        return pool.threads if pool is not None and pool.engaged else 1
+        pool = self.engaged_pool()
+        return 1 if pool is None else pool.threads
 
     def _stage_name(self, call: StepCall) -> str:
         step, i = call
