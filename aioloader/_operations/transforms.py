@@ -14,7 +14,6 @@ but the large read-only part.
 from __future__ import annotations
 
 import abc
-import copy
 import inspect
 import os
 import sys
@@ -30,6 +29,7 @@ import numpy as np
 from aioloader._common.calls import stray_stop
 from aioloader._common.failures import note
 from aioloader._common.validation import bool_field, int_field
+from aioloader._operations.copying import deep_copy
 
 
 class MapTransform(abc.ABC):
@@ -185,7 +185,7 @@ class Operations(NamedTuple):
 
         def copy_of(op: Op) -> Op:
             try:
-                target = copy.deepcopy(op.target, memo)
+                target = deep_copy(op.target, memo)
             except Exception as error:
                 # The copy's own error, as Grain raises its pickling's: the same `except` catches
                 # it; a StopIteration, which would read as the end, as a RuntimeError from it.
