@@ -14,12 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from aioloader._sampling import index_shuffle as shuffle_module
 from aioloader._sampling.index_shuffle import (
     RANGE_BLOCK,
     block_bits,
     index_shuffle,
     index_shuffle_array,
     index_shuffle_range,
+    shuffled_range,
 )
 from tests.grain_reference import grain_index_shuffle
 
@@ -204,3 +206,22 @@ def test_ranges_from_many_threads_at_once_are_equal() -> None:
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(check, range(4)))
+
+
+@pytest.mark.parametrize("max_index", [4 * RANGE_BLOCK + 5, 2**33 + 7])
+def test_a_permutations_first_positions_are_computed_alone_then_from_blocks(max_index: int) -> None:
+    # The first batch waits for its own keys, not a block (see the module docstring); both
+    # ways give the array form's values, the first 2048 positions alone and then blocks.
+    seed = 1234 + max_index % 1000  # a permutation no other test has used
+    cipher = shuffle_module._cipher(max_index, seed, 4)
+    assert not cipher._blocks
+    starts = [0, 32, RANGE_BLOCK - 16, 7 * RANGE_BLOCK // 2]
+    for first, count in zip(starts, [32, 500, 32, 1400], strict=True):  # 1,964 positions alone
+        expected = index_shuffle_array(np.arange(first, first + count), max_index, seed)
+        images = shuffled_range(first, count, max_index, seed)
+        assert images.tolist() == expected.tolist()
+        assert not images.flags.writeable
+    assert not cipher._blocks
+    expected = index_shuffle_array(np.arange(532, 532 + 100), max_index, seed)
+    assert shuffled_range(532, 100, max_index, seed).tolist() == expected.tolist()  # past the budget
+    assert list(cipher._blocks) == [0]
