@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from aioloader import Batch, DataLoader, IndexSampler, MapDataset, MultiprocessingOptions, ReadOptions
+from aioloader import (
+    Batch,
+    DataLoader,
+    IndexSampler,
+    MapDataset,
+    MultiprocessingOptions,
+    ReadOptions,
+    RecordMetadata,
+)
 from aioloader._program import read_pool
 from tests.conftest import aioloader_threads, repeated, wait_for_no_threads
 from tests.support.outputs import drain, notes
@@ -287,6 +295,76 @@ def test_an_interrupt_from_a_read_ahead_reaches_the_consumer_after_the_outputs_b
     assert wait_for_no_threads() == []
     with pytest.raises(StopIteration):  # closed by the interrupt, as with any engine
         next(iterator)
+
+
+class ExitingSampler:
+    """A sampler of its own (any `__getitem__` giving `RecordMetadata`): index `stop` raises
+    `error`, which `Walk` leaves to the caller."""
+
+    def __init__(self, size: int, stop: int, error: type[BaseException]) -> None:
+        self.size, self.stop, self.error = size, stop, error
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        if index >= self.size:
+            raise IndexError(index)
+        if index == self.stop:
+            raise self.error(f"stop at {index}")
+        return RecordMetadata(index=index, record_key=index, rng=None)
+
+
+@pytest.mark.parametrize("threads", [0, 8])
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_samplers_interrupt_stops_the_loader_and_the_state_resumes_right_after_the_outputs_given(
+    threads: int, interrupt: type[BaseException], clock: VirtualClock
+) -> None:
+    # With read threads, the next chunk is walked while the outputs of the one before are
+    # still to be handed out: an interrupt from the sampler then comes at once, before
+    # them, as a transform's does (README, "Errors"); the state counts what `next()` gave.
+    def loader_with(sampler: ExitingSampler) -> DataLoader:
+        return DataLoader(
+            data_source=SlowSource(200, clock),
+            sampler=sampler,
+            operations=[Batch(4)],
+            worker_count=0,
+            read_options=ReadOptions(num_threads=threads, prefetch_buffer_size=32),
+        )
+
+    iterator = iter(loader_with(ExitingSampler(200, 60, interrupt)))
+    got, error = drain(iterator, interrupt)
+    assert isinstance(error, interrupt)
+    records = [x for batch in got for x in batch.tolist()]
+    assert records == [key * 2 for key in range(len(records))]
+    assert len(records) <= 60
+    state = iterator.get_state()
+    assert wait_for_no_threads() == []
+    with iter(loader_with(ExitingSampler(200, -1, interrupt))) as resumed:
+        resumed.set_state(state)
+        rest = [x for batch in resumed for x in batch.tolist()]
+    assert records + rest == [key * 2 for key in range(200)]
+
+
+def test_start_prefetch_of_a_fast_source_leaves_no_read_thread_after_the_first_next() -> None:
+    # The early read's threads idled until the iterator closed: a Ctrl-C during the training
+    # step (the iterator kept alive by the traceback) left them running.
+    fast = DataLoader(data_source=list(range(100)), sampler=IndexSampler(100, num_epochs=1), worker_count=0)
+    with iter(fast) as iterator:
+        iterator.start_prefetch()
+        assert next(iterator) == 0
+        assert not any(t.name.startswith("aioloader-read") for t in wait_for_read_threads())
+        assert list(iterator) == list(range(1, 100))
+
+
+def wait_for_read_threads(seconds: float = 2.0) -> list[threading.Thread]:
+    """The aioloader threads alive, once none is a read thread or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = aioloader_threads()
+        if time.monotonic() > deadline or not any(t.name.startswith("aioloader-read") for t in alive):
+            return alive
+        time.sleep(0.01)
 
 
 def test_worker_count_0_reads_a_fast_source_in_the_callers_thread(

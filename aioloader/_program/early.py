@@ -58,6 +58,8 @@ class EarlyRead:
         if chunk.start != early.start or chunk.keys != early.keys:
             return False
         self._thread.join()
+        # Done with its threads: idle until the engine closed, a Ctrl-C in the step left them.
+        self._pool.close()
         if self._error is not None:
             raise self._error
         # The early chunk was made from the same keys: its failure is the
