@@ -60,9 +60,14 @@ def _children(value: Any) -> tuple[Any, ...]:
         return tuple(value.values()) if len(value) < FLAT_MIN else ()
     if kind in (list, tuple):
         return tuple(value) if len(value) < FLAT_MIN else ()
-    if kind in SCALARS or isinstance(value, (type, types.ModuleType)):
-        return ()  # scalars hold nothing; classes are copied as they are, modules not at all
-    attributes = getattr(value, "__dict__", None)
+    # Scalars hold nothing; classes are copied as they are, modules not at all. (`issubclass`
+    # of the real type: `isinstance` would ask the object for `__class__`, which a proxy may refuse.)
+    if kind in SCALARS or issubclass(kind, (type, types.ModuleType)):
+        return ()
+    try:
+        attributes = getattr(value, "__dict__", None)
+    except Exception:  # a proxy whose referent is gone, say: `deepcopy` decides what that means
+        return ()
     return tuple(attributes.values()) if type(attributes) is dict else ()
 
 

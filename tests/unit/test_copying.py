@@ -125,3 +125,32 @@ def test_a_loader_with_workers_gives_the_batches_of_worker_count_0() -> None:
     assert batches(2) == reference
     unknown = sum(1 for word in source if int(word[4:]) >= N)
     assert [x for batch in reference for x in batch].count(-1) == unknown > 0
+
+
+class Guarded:
+    """Refuses every attribute, `__dict__` included, as a proxy of a closed resource does."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise RuntimeError(f"closed: {name}")
+
+
+class HoldsAGuard(aioloader.MapTransform):
+    def __init__(self) -> None:
+        self.guard = Guarded()
+        self.vocabulary = {f"word{i}": i for i in range(N)}
+
+    def map(self, element: Any) -> Any:
+        return element
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> HoldsAGuard:
+        clone = copy.copy(self)
+        clone.vocabulary = copy.deepcopy(self.vocabulary, memo)
+        return clone  # the guard shared
+
+
+def test_an_attribute_that_refuses_to_be_looked_at_is_left_to_deepcopy() -> None:
+    original = HoldsAGuard()
+    copied = deep_copy(original, {})
+    assert copied.vocabulary == original.vocabulary
+    assert copied.vocabulary is not original.vocabulary
+    assert object.__getattribute__(copied, "guard") is object.__getattribute__(original, "guard")
