@@ -18,6 +18,7 @@ everything, as before).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import types
 from typing import Any
@@ -34,7 +35,8 @@ DEPTH = 3
 
 def deep_copy(target: Any, memo: dict[int, Any]) -> Any:
     """`copy.deepcopy(target, memo)`, its large flat containers copied in C first."""
-    _prefill(target, memo, DEPTH)
+    with contextlib.suppress(Exception):  # only a shortcut: else `deepcopy` alone, its own error if any
+        _prefill(target, memo, DEPTH)
     return copy.deepcopy(target, memo)
 
 
@@ -62,13 +64,29 @@ def _children(value: Any) -> tuple[Any, ...]:
         return tuple(value) if len(value) < FLAT_MIN else ()
     # Scalars hold nothing; classes are copied as they are, modules not at all. (`issubclass`
     # of the real type: `isinstance` would ask the object for `__class__`, which a proxy may refuse.)
-    if kind in SCALARS or issubclass(kind, (type, types.ModuleType)):
+    if kind in SCALARS or issubclass(kind, (type, types.ModuleType)) or not _copied_by_attributes(kind):
         return ()
     try:
         attributes = getattr(value, "__dict__", None)
     except Exception:  # a proxy whose referent is gone, say: `deepcopy` decides what that means
         return ()
     return tuple(attributes.values()) if type(attributes) is dict else ()
+
+
+def _copied_by_attributes(kind: type) -> bool:
+    """Whether `deepcopy` copies an instance of `kind` by copying its `__dict__`: no
+    `__deepcopy__`, `__reduce_ex__`, `__reduce__` or `__getstate__` of its own. Only then are its
+    attributes what `deepcopy` walks: one with a `__deepcopy__` may share them with the threads
+    running it (a dict they change while a worker copies it), and is not walked."""
+    return (
+        getattr(kind, "__deepcopy__", None) is None
+        and getattr(kind, "__reduce_ex__", None) is object.__reduce_ex__
+        and getattr(kind, "__reduce__", None) is object.__reduce__
+        and getattr(kind, "__getstate__", _GETSTATE) is _GETSTATE
+    )
+
+
+_GETSTATE = getattr(object, "__getstate__", None)  # object's own (3.11 on); None before
 
 
 def _flat_copy(value: Any) -> Any | None:

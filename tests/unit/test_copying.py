@@ -154,3 +154,41 @@ def test_an_attribute_that_refuses_to_be_looked_at_is_left_to_deepcopy() -> None
     assert copied.vocabulary == original.vocabulary
     assert copied.vocabulary is not original.vocabulary
     assert object.__getattribute__(copied, "guard") is object.__getattribute__(original, "guard")
+
+
+class Tripwire:
+    """Counts the looks at its attributes."""
+
+    looks = 0
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+        Tripwire.looks += 1
+        return {}
+
+
+class Shared(aioloader.MapTransform):
+    """One object for every worker (its `__deepcopy__`), holding what the workers change."""
+
+    def __init__(self) -> None:
+        self.state = Tripwire()
+
+    def map(self, element: Any) -> Any:
+        return element
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Shared:
+        return self
+
+
+def test_what_a_transforms_own_deepcopy_shares_is_not_walked() -> None:
+    # A worker copying the operations while other threads changed a dict such a transform
+    # shares failed with "dictionary changed size during iteration" (the LateEarly transform
+    # of tests/support/reference.py, on 3.13t): `deepcopy` never walks what it shares.
+    holder = Tokenize(Tables())
+    holder.shared = Shared()  # type: ignore[attr-defined]
+    Tripwire.looks = 0
+    copied = deep_copy(holder, {})
+    assert Tripwire.looks == 0
+    assert copied.shared is holder.shared  # type: ignore[attr-defined]
+    assert copied.tables.vocabulary == holder.tables.vocabulary
+    assert copied.tables.vocabulary is not holder.tables.vocabulary
