@@ -353,18 +353,8 @@ def test_start_prefetch_of_a_fast_source_leaves_no_read_thread_after_the_first_n
     with iter(fast) as iterator:
         iterator.start_prefetch()
         assert next(iterator) == 0
-        assert not any(t.name.startswith("aioloader-read") for t in wait_for_read_threads())
+        assert wait_for_no_threads() == []  # at 0 workers over a fast source, no thread at all
         assert list(iterator) == list(range(1, 100))
-
-
-def wait_for_read_threads(seconds: float = 2.0) -> list[threading.Thread]:
-    """The aioloader threads alive, once none is a read thread or after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        alive = aioloader_threads()
-        if time.monotonic() > deadline or not any(t.name.startswith("aioloader-read") for t in alive):
-            return alive
-        time.sleep(0.01)
 
 
 def test_worker_count_0_reads_a_fast_source_in_the_callers_thread(
