@@ -109,6 +109,20 @@ def test_loader_arguments(overrides: dict[str, Any], error: type[Exception], mes
         make(**overrides)
 
 
+class LenRaises:
+    def __len__(self) -> int:
+        raise OSError("the index file is gone")
+
+    def __getitem__(self, key: int) -> int:
+        return key
+
+
+def test_a_source_whose_len_raises_gives_its_own_error_with_the_parameter_named() -> None:
+    with pytest.raises(OSError, match="the index file is gone") as raised:
+        make(data_source=LenRaises())
+    assert raised.value.__notes__ == ["aioloader: raised by `len(data_source)`"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

@@ -1719,6 +1719,49 @@ def test_a_parquet_file_without_rows_is_an_empty_source(tmp_path: Path) -> None:
     assert [int(both[i]["x"]) for i in range(len(both))] == list(range(40))
 
 
+def numbered_rows(path: Path, first: int) -> None:
+    """Rows `x` = first .. first + 39 in row groups of 10, of one size whatever `first` is
+    (fixed-width values, no dictionary, no statistics): a file of other rows at the same offsets."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"x": pa.array(range(first, first + 40), pa.int64())})
+    options = {"compression": "none", "use_dictionary": False, "write_statistics": False}
+    pq.write_table(table, path, row_group_size=10, **options)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("how", ["replaced", "rewritten-in-place"])
+def test_a_parquet_file_changed_after_its_footer_was_read_is_an_error_not_other_rows(
+    tmp_path: Path, how: str, workers: int
+) -> None:
+    """Each decode opens the file again by its path: the footer of the first file over the
+    row groups of the second gave the second's rows, silently (a review, 2026-11-30)."""
+    path = tmp_path / "rows.parquet"
+    numbered_rows(path, 0)
+    source = al.ParquetDataSource(path)
+    assert int(source[0]["x"]) == 0  # its row group is decoded and kept
+    size = path.stat().st_size
+    if how == "replaced":
+        numbered_rows(tmp_path / "new.parquet", 1000)
+        os.replace(tmp_path / "new.parquet", path)
+    else:
+        before = path.stat()
+        numbered_rows(path, 1000)
+        # A later write: a clock tick later than the first, as a real one is (the test must
+        # not depend on the file system's timestamp resolution).
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert path.stat().st_size == size
+    loader = al.DataLoader(
+        data_source=source, sampler=al.IndexSampler(len(source), num_epochs=1), worker_count=workers
+    )
+    got: list[int] = []
+    with pytest.raises(ValueError, match="changed after this ParquetDataSource read its footer") as raised:
+        got.extend(int(row["x"]) for row in loader)
+    assert got == list(range(10))  # the kept rows of the file it opened
+    assert f"`{path}`" in str(raised.value)
+    assert "index=10, record_key=10" in notes_of(raised.value)
+
+
 @pytest.mark.parametrize("kind", ["parquet", "array_record"])
 def test_a_parquet_or_array_record_file_changed_after_opening_is_an_error_naming_it(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest
@@ -1736,10 +1779,19 @@ def test_a_parquet_or_array_record_file_changed_after_opening_is_an_error_naming
         source[0]
 
 
+def a_pipe(folder: Path) -> str:
+    """A named pipe with no writer: opening it to read would block for ever."""
+    path = folder / "pipe.bin"
+    os.mkfifo(path)
+    return str(path)
+
+
 FILE_ERRORS: dict[str, tuple[Callable[[Path], str], type[Exception]]] = {
     "missing": (lambda d: str(d / "missing.bin"), FileNotFoundError),
     "a-folder": (lambda d: str(d), IsADirectoryError),
     "an-empty-name": (lambda d: "", FileNotFoundError),
+    "a-pipe": (a_pipe, ValueError),
+    "a-device": (lambda d: os.devnull, ValueError),
 }
 
 
@@ -1759,6 +1811,16 @@ def test_a_file_that_cannot_be_read_is_named_in_output_order(tmp_path: Path, bad
     assert type(raised) is error
     assert repr(path) in str(raised)
     assert "index=1, record_key=1" in notes_of(raised)
+
+
+@pytest.mark.parametrize("bad", ["a-pipe", "a-device"])
+def test_a_pipe_or_a_device_is_refused_by_a_direct_read_too(tmp_path: Path, bad: str) -> None:
+    path = FILE_ERRORS[bad][0](tmp_path)
+    source = al.FilesDataSource([path])
+    with pytest.raises(ValueError, match=f"{re.escape(repr(path))} is not a regular file"):
+        source[0]
+    with pytest.raises(ValueError, match=f"{re.escape(repr(path))} is not a regular file"):
+        asyncio.run(source.aget(0))
 
 
 def test_files_of_any_content_are_read_as_they_are(tmp_path: Path) -> None:

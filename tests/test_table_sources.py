@@ -125,6 +125,29 @@ def test_sqlite_connections_are_closed_without_warnings(tmp_path: Path) -> None:
     gc.collect()  # ... which garbage collection closes (no ResourceWarning, which is an error here)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_damaged_sqlite_database_is_an_error_naming_the_file(tmp_path: Path, workers: int) -> None:
+    path = tmp_path / "db.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE records (id INTEGER PRIMARY KEY, data BLOB)")
+        rows = [(1, b"a"), (2, bytes(range(256)) * 80), (3, b"c")]  # row 2 spans overflow pages
+        connection.executemany("INSERT INTO records VALUES (?, ?)", rows)
+    connection.close()
+    with path.open("r+b") as file:  # page 4, an overflow page: its pointer to the next one
+        file.seek(3 * 4096)
+        file.write(b"\xff" * 4)
+    source = al.SQLiteDataSource(path, "records")
+    loader = al.DataLoader(data_source=source, sampler=al.IndexSampler(3, num_epochs=1), worker_count=workers)
+    got: list[Any] = []
+    with pytest.raises(sqlite3.DatabaseError, match="malformed") as raised:
+        got.extend(loader)
+    assert got == [{"id": 1, "data": b"a"}]
+    notes = "\n".join(raised.value.__notes__)
+    assert f"table 'records' of `{path}`" in notes
+    assert "index=1, record_key=1" in notes
+    source.close()
+
+
 def test_sqlite_pickles_as_a_new_source_over_the_same_table(tmp_path: Path) -> None:
     expected = make_database(tmp_path / "db.sqlite")
     source = al.SQLiteDataSource(tmp_path / "db.sqlite", "records", columns=["name"])

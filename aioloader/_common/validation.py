@@ -10,6 +10,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from aioloader._common.failures import note
+
 
 def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     """`value` as a Python int, if it is an int (Python's or NumPy's, not a bool) of at
@@ -50,6 +52,9 @@ def require_len(name: str, value: Any) -> int:
     except (TypeError, ValueError, OverflowError) as error:
         kind = TypeError if isinstance(error, TypeError) else ValueError
         raise kind(f"`len({name})` must be an int from 0 to sys.maxsize, but: {error}.") from error
+    except Exception as error:  # the `__len__`'s own error, as it is, with where it came from
+        note(error, f"aioloader: raised by `len({name})`")
+        raise
 
 
 def _is_bool(value: Any) -> bool:

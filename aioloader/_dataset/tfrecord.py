@@ -26,7 +26,6 @@ Deliberate differences from Grain, whose reader checks no checksum:
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import threading
 from typing import IO, Any
@@ -35,7 +34,7 @@ from aioloader._common.validation import require_bool
 from aioloader._dataset.iter_base import IterDataset
 from aioloader._dataset.stages import Plan, Settings, Stage, check_setup, require_count, state_fields
 from aioloader._sources.crc32c import crc32c_small, masked_crc32c
-from aioloader._sources.paths import require_path
+from aioloader._sources.paths import regular_file_opener, require_path
 
 _HEADER = struct.Struct("<QI")  # the data's length, and its masked checksum
 
@@ -183,16 +182,11 @@ def _header_length(header: bytes) -> int | None:
 
 
 def _open_regular(path: str) -> IO[bytes]:
-    """`path` opened for reading, if it is a regular file. A pipe cannot seek (to resume)
-    and tells no size (to check a record's length against): it is refused, opened without
-    blocking so that a pipe with no writer does not hang the run."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))  # Windows
+    """`path` opened for reading, if it is a regular file: a pipe cannot seek (to resume)
+    and tells no size (to check a record's length against)."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"TFRecord file {path!r} is not a regular file (a pipe, a device or a folder?).")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
+        return open(path, "rb", opener=regular_file_opener)
+    except (ValueError, IsADirectoryError):
+        raise ValueError(
+            f"TFRecord file {path!r} is not a regular file (a pipe, a device or a folder?)."
+        ) from None

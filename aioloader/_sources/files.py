@@ -7,7 +7,7 @@ from typing import Any
 import aiofiles
 
 from aioloader._sources.keys import require_key
-from aioloader._sources.paths import describe_paths, require_paths
+from aioloader._sources.paths import describe_paths, regular_file_opener, require_paths
 from aioloader._sources.storage.owner import StoreOwner
 from aioloader._sources.storage.store import open_store
 from aioloader._sources.storage.urls import is_url, parse
@@ -33,7 +33,9 @@ class FilesDataSource(StoreOwner):
     `source[key]` reads synchronously, for debugging. The paths are not
     checked when the source is made (a million `stat` calls on a network
     disk would not start at once): a missing file is an error when it is
-    read, naming the file. Safe to use from any number of threads and loops.
+    read, naming the file, and so is a path that is not a regular file (a pipe
+    with no writer would block the read for ever). Safe to use from any
+    number of threads and loops.
     """
 
     def __init__(self, paths: Any, *, storage_options: dict[str, Any] | None = None) -> None:
@@ -52,7 +54,7 @@ class FilesDataSource(StoreOwner):
         url = self._urls[key]
         if self._store is not None and url is not None:
             return await self._store.aread(url)
-        async with aiofiles.open(self.paths[key], "rb") as file:
+        async with aiofiles.open(self.paths[key], "rb", opener=regular_file_opener) as file:
             return await file.read()  # type: ignore[no-any-return]
 
     def __getitem__(self, key: int) -> bytes:
@@ -61,7 +63,7 @@ class FilesDataSource(StoreOwner):
         url = self._urls[key]
         if self._store is not None and url is not None:
             return self._store.read(url)
-        with open(self.paths[key], "rb") as file:
+        with open(self.paths[key], "rb", opener=regular_file_opener) as file:
             return file.read()
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ memory bound, and a batch of keys decodes each row group it touches once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -90,9 +91,10 @@ class ParquetDataSource(StoreOwner):
         except BaseException:
             self.close()
             raise
-        self._metadata = [metadata for metadata, _ in opened]
+        self._metadata = [metadata for metadata, _, _ in opened]
         _require_one_schema(self.paths, self._metadata, self.columns)
-        self._chunk_spans = [spans for _, spans in opened]
+        self._chunk_spans = [spans for _, spans, _ in opened]
+        self._identities = [identity for _, _, identity in opened]
         self._row_groups = [
             (f, g) for f, meta in enumerate(self._metadata) for g in range(meta.num_row_groups)
         ]
@@ -133,6 +135,7 @@ class ParquetDataSource(StoreOwner):
         """Row group `group`, read from `fetched` (its column chunks, by where they start) or the file."""
         file, row_group = self._row_groups[group]
         expected = int(self._index.counts[group])
+        self._require_unchanged(file)
         source = self._file(file, fetched)
         try:
             table = self._read(source, file, row_group)
@@ -166,13 +169,26 @@ class ParquetDataSource(StoreOwner):
         that serves the ranges in `fetched` from memory."""
         return BlobFile(self._blobs[file], fetched) if self._blobs else self.paths[file]
 
-    def _read_metadata(self, file: int) -> tuple[Any, ChunkSpans]:
+    def _require_unchanged(self, file: int) -> None:
+        """A ValueError unless local file `file` is still the file whose footer the source
+        read: each decode opens it again by its path, and the footer of one file over the
+        row groups of another would give its rows, silently, where the offsets agree."""
+        identity = self._identities[file]
+        if identity is not None and _identity(self.paths[file]) != identity:
+            raise ValueError(
+                f"`{self.paths[file]}` changed after this ParquetDataSource read its footer (another "
+                "file, size or modification time): make a new ParquetDataSource to read it as it is now."
+            )
+
+    def _read_metadata(self, file: int) -> tuple[Any, ChunkSpans, FileIdentity | None]:
         """The file's metadata, checked; for a stored object, also where its column chunks lie
-        (read from the footer's bytes: see `parquet_footer`)."""
+        (read from the footer's bytes: see `parquet_footer`); for a local file, what tells it
+        from another (taken first: a file replaced meanwhile then fails the first decode)."""
         path = self.paths[file]
+        identity = None if self._blobs else _identity(path)
         metadata = _read_metadata(self._pq, self._file(file), path, self.columns)
         if not self._blobs:
-            return metadata, []
+            return metadata, [], identity
         try:
             spans = read_chunk_spans(self._blobs[file])
             if len(spans) != metadata.num_row_groups:
@@ -181,7 +197,7 @@ class ParquetDataSource(StoreOwner):
                 )
         except ValueError as error:
             raise ValueError(f"`{path}` is not a readable Parquet file: {error}") from None
-        return metadata, spans
+        return metadata, spans, None
 
     def _fetch(self, groups: list[int]) -> dict[int, dict[int, bytes]]:
         """The column chunks of each of `groups` not in the cache, fetched at once (the bytes
@@ -208,6 +224,16 @@ class ParquetDataSource(StoreOwner):
         return _join_touching(
             [(start, end) for name, start, end in chunks if self.columns is None or name in self.columns]
         )
+
+
+FileIdentity = tuple[int, int, int, int]
+
+
+def _identity(path: str) -> FileIdentity:
+    """What changes when the file at `path` is replaced or written: its device and inode,
+    its size and its modification time."""
+    info = os.stat(path)
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _require_one_schema(

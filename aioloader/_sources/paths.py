@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +47,26 @@ def require_path(name: str, path: Any) -> str:
     if "\x00" in text:
         raise ValueError(f"`{name}` holds a NUL byte, which no file name may: {text!r}.")
     return text
+
+
+def regular_file_opener(path: str, flags: int) -> int:
+    """An `opener` for `open()`: the descriptor of `path` if it is a regular file, else a
+    ValueError naming it (a folder: IsADirectoryError, as `open()` raises). A pipe or a
+    device is no file to read records from (a pipe with no writer would block `open()`
+    for ever, `/dev/zero` never ends): it is opened without blocking, refused, and closed."""
+    fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{path!r} is not a regular file (a pipe or a device?).")
+        if hasattr(os, "set_blocking"):  # not on Windows, where O_NONBLOCK is not either
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def describe_paths(paths: Sequence[str], shown: int = 3) -> str:

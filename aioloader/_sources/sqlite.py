@@ -9,7 +9,9 @@ Thread safety: a SQLite connection must not be used by two threads at once, so
 the source keeps a pool of read-only connections and each read takes one for
 itself, returning it after; there are never more connections than reads at once.
 The table must not change while the source reads it: a row that disappeared is
-an error naming it, never another row in its place.
+an error naming it, never another row in its place. SQLite keeps no checksums:
+a damaged database may give changed values without a word; what SQLite itself
+finds ("database disk image is malformed") is raised with the file named.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from aioloader._common.failures import note
 from aioloader._sources.columns import choose_columns, require_columns
 from aioloader._sources.keys import require_key
 
@@ -73,7 +76,11 @@ class SQLiteDataSource:
                 part = sorted(set(rowids[start : start + _KEYS_PER_QUERY]) - found.keys())
                 if part:
                     query = self._select + f"({', '.join('?' * len(part))})"
-                    found.update((row[0], row[1:]) for row in connection.execute(query, part))
+                    try:
+                        found.update((row[0], row[1:]) for row in connection.execute(query, part))
+                    except sqlite3.DatabaseError as error:  # "database disk image is malformed", ...
+                        note(error, f"aioloader: reading table {self.table!r} of `{self.path}`")
+                        raise
         return [self._row(found, rowid, key) for rowid, key in zip(rowids, keys, strict=True)]
 
     def _row(self, found: dict[int, tuple[Any, ...]], rowid: int, key: int) -> dict[str, Any]:
