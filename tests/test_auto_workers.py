@@ -108,6 +108,29 @@ def test_auto_keeps_operations_that_cannot_be_copied_in_the_consumers_thread(pre
         list(loader(2, Uncopyable()))
 
 
+def test_auto_goes_on_with_the_threads_it_has_when_the_system_refuses_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A limit on threads or memory: `Thread.start` raised from the tuner's trial of a first
+    worker, and `next()` with it, at a point that timing chose, where `worker_count=0`
+    delivers every batch (a review, 2026-11-30, with a real `RLIMIT_AS`)."""
+    expected = [batch.tolist() for batch in loader(0, batch_size=2)]
+    start, refused = threading.Thread.start, []
+
+    def refuse_workers(thread: threading.Thread) -> None:
+        if thread.name.startswith("aioloader-worker"):
+            refused.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_workers)
+    with iter(loader("auto", batch_size=2)) as iterator:
+        found = [batch.tolist() for batch in iterator]
+        assert iterator.statistics().worker_count == 0
+    assert found == expected
+    assert refused  # the tuner tried: records that wait, where the consumer waits all the time
+
+
 def test_auto_with_for_starts_on_the_consumers_thread() -> None:
     """No worker thread before the first batch: with `for`, "auto" starts at level 0."""
     with iter(loader("auto", Noise())) as iterator:

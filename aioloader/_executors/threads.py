@@ -47,6 +47,10 @@ class WorkerThreads:
     def __init__(self, scheduler: Scheduler, make_runner: RunnerFactory, count: int, name: str) -> None:
         self._scheduler, self._make_runner, self._name = scheduler, make_runner, name
         self._lock = threading.Lock()  # the worker list and the retirements; never on the hot path
+        # Held while a worker is listed and started: `join` never meets one listed and not yet
+        # started ("cannot join thread before it is started", from a close in another thread
+        # while "auto" adds a worker).
+        self._starting = threading.Lock()
         # Each worker with its own event, set once its runner is made or it has ended.
         self._workers: list[tuple[threading.Thread, threading.Event]] = []
         self._retiring = 0  # retirements asked for and not yet taken by a worker
@@ -78,21 +82,22 @@ class WorkerThreads:
     def _start_next(self, after: int) -> None:
         """Start one worker of a chain, which then starts the `after` others."""
         started = threading.Event()
-        with self._lock:
-            name = f"{self._name}-{len(self._workers)}"
-            thread = threading.Thread(
-                target=in_this_context(self._work), args=(started, after), name=name, daemon=True
-            )
-            self._workers.append((thread, started))
-            self._unstarted -= 1
-        try:
-            thread.start()
-        except BaseException:  # "can't start new thread": neither it nor the rest of the chain are workers
+        with self._starting:
             with self._lock:
-                self._workers.remove((thread, started))
-                self._active -= after + 1
-                self._unstarted -= after
-            raise
+                name = f"{self._name}-{len(self._workers)}"
+                thread = threading.Thread(
+                    target=in_this_context(self._work), args=(started, after), name=name, daemon=True
+                )
+                self._workers.append((thread, started))
+                self._unstarted -= 1
+            try:
+                thread.start()
+            except BaseException:  # "can't start new thread": neither it nor the chain after it are workers
+                with self._lock:
+                    self._workers.remove((thread, started))
+                    self._active -= after + 1
+                    self._unstarted -= after
+                raise
 
     def retire(self) -> None:
         """Ask one worker to end once the work it holds is handed back."""
@@ -175,7 +180,7 @@ class WorkerThreads:
         deadline = time.monotonic() + timeout
         joined = 0
         while True:
-            with self._lock:
+            with self._starting, self._lock:
                 workers = self._workers[joined:]
             if not workers:
                 return not self.alive()

@@ -303,6 +303,24 @@ class Tuner:
         below += [0] if self._levels[0] == 0 and self._threads_may_lose(span) else []
         return above + below
 
+    def _started(self, level: int) -> bool:
+        """Start the workers `level` wants more than run now.
+
+        False if the system refuses a thread ("can't start new thread": a limit on threads
+        or memory): the levels above the workers running are then left out for good and
+        the trial, if one was starting, ends, as for operations that cannot be copied (a
+        failure at a moment that timing chose would make the run's end depend on it). With
+        no level left (`async for`, no worker running), the error is the run's."""
+        try:
+            self._workers.add(level - self._workers.count())
+        except RuntimeError:
+            allowed = [each for each in self._levels if each <= self._workers.count()]
+            if not allowed:
+                raise
+            self._levels, self._trial = allowed, None
+            return False
+        return True
+
     def _threads_may_lose(self, span: float) -> bool:
         """False while the threads keep up with the consumer, or clearly pay off (never
         with the GIL on: see the module docstring)."""
@@ -349,6 +367,8 @@ class Tuner:
 
     def _set(self, level: int) -> None:
         """Run chunks at `level`: that many workers, or the consumer's thread for 0."""
+        if level > self._workers.count() and not self._started(level):
+            level = self._levels[-1]  # the most the system gave
         self.level = level
         self._threads = level or self._threads
         self._settling = True
@@ -357,7 +377,6 @@ class Tuner:
         if level == 0:
             self._scheduler.run_inline(True)
             return
-        self._workers.add(level - self._workers.count())  # none when it has as many or more
         while self._workers.count() > level:
             self._workers.retire()
         self._scheduler.run_inline(False)

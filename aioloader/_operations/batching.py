@@ -25,7 +25,7 @@ from aioloader._common.failures import Failure
 from aioloader._common.positions import EvenPositions, Position
 from aioloader._operations.apply import Run
 from aioloader._operations.transforms import Batch
-from aioloader._sampling.metadata import make_rng
+from aioloader._sampling.metadata import element_rng, make_rng
 
 
 def stack(elements: Sequence[Any], path: str = "element") -> Any:
@@ -186,9 +186,17 @@ class BatchPlan:
     position just after its last; `first[b]`/`last[b]` the global index of
     its first and last record, and `last_rng[b]` the last record's generator
     if one was made (a batch uses its last record's generator, as in Grain).
+
+    A batch that starts inside its last record's elements (a flat map's, after
+    a batch that ended there) has a generator of its own instead
+    (`element_rng`, from the element it starts at: `inside[b]`, 0 for the
+    others; None when no batch does). Sharing the record's would make its draws
+    depend on the batches before it, which a resume at its start does not run
+    again: resumed there, the random operations after `Batch` drew otherwise.
+    Grain gives no generator to a flat map's elements at all.
     """
 
-    __slots__ = ("after", "before", "first", "groups", "last", "last_rng")
+    __slots__ = ("after", "before", "first", "groups", "inside", "last", "last_rng")
 
     def __init__(
         self,
@@ -201,6 +209,7 @@ class BatchPlan:
     ) -> None:
         self.groups, self.before, self.after = groups, before, after
         self.first, self.last, self.last_rng = first, last, last_rng
+        self.inside: list[int] | None = None
 
     @classmethod
     def empty(cls) -> BatchPlan:
@@ -223,7 +232,7 @@ class BatchPlan:
         if before:
             index, skip_elements, _ = before[0]
             before[0] = (index, skip_elements, skip_outputs)
-        return cls(
+        plan = cls(
             groups=[items[b : e + 1] for b, e in zip(firsts, lasts, strict=True)],
             before=before,
             after=columns.positions_after(lasts),
@@ -231,6 +240,12 @@ class BatchPlan:
             last=columns.record_indices(lasts),
             last_rng=columns.record_rngs(lasts),
         )
+        inside = [
+            skip if first == last else 0
+            for (_, skip, _), first, last in zip(before, plan.first, plan.last, strict=True)
+        ]
+        plan.inside = inside if any(inside) else None
+        return plan
 
     @classmethod
     def of_records(
@@ -281,9 +296,15 @@ class BatchRun(Run):
                 break
 
     def rng_of(self, origin: int, seed: int | None) -> np.random.Generator:
-        rng = self.plan.last_rng[origin]
+        plan = self.plan
+        if plan.inside is not None and plan.inside[origin] and seed is not None:
+            # Its own generator (see `BatchPlan`), made once: the operations after this one
+            # draw on from it. (A foreign sampler's generators, with no seed, stay shared.)
+            element, plan.inside[origin] = plan.inside[origin], 0
+            plan.last_rng[origin] = element_rng(seed, plan.last[origin], element)
+        rng = plan.last_rng[origin]
         if rng is None:
-            rng = self.plan.last_rng[origin] = make_rng(seed, self.plan.last[origin])
+            rng = plan.last_rng[origin] = make_rng(seed, plan.last[origin])
         return rng
 
     def record_index(self, origin: int) -> int:

@@ -34,6 +34,14 @@ def record_rng(seed: int, index: int) -> np.random.Generator:
     return np.random.Generator(np.random.Philox(key=seed + index))
 
 
+def element_rng(seed: int, index: int, element: int) -> np.random.Generator:
+    """A generator of its own for what starts at element `element` (above 0) of the record
+    at global `index` (a batch that starts inside a flat-map's elements): Philox keyed as
+    the record's, its counter `element * 2**128` blocks ahead, where the record's own
+    stream never gets. A pure function of its arguments, as `record_rng`."""
+    return np.random.Generator(np.random.Philox(key=seed + index, counter=[0, 0, element, 0]))
+
+
 def make_rng(seed: int | None, index: int) -> np.random.Generator:
     """`record_rng(seed, index)` for a random operation; a ValueError naming the record
     when there is no seed (a foreign sampler that gave `rng=None`)."""

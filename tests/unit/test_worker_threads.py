@@ -212,3 +212,40 @@ def test_adding_no_workers_starts_none(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (starters, workers.count(), workers.ready()) == ([], 0, True)
     scheduler.close()
     assert workers.join()
+
+
+def test_a_join_while_a_worker_is_being_started_waits_for_that_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`add` lists a worker, then starts it: a `close()` in another thread in between ("auto"
+    adding a worker) raised "cannot join thread before it is started" (a review, 2026-11-30)."""
+    scheduler = scheduler_of()
+    workers = WorkerThreads(scheduler, thread_runner(scheduler.program), 0, "test-worker")
+    starting, go = threading.Event(), threading.Event()
+    real_start = threading.Thread.start
+
+    def slow_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("test-worker"):
+            starting.set()
+            go.wait(30)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    adder = threading.Thread(target=workers.add)
+    adder.start()
+    assert starting.wait(30)
+    scheduler.close()
+    joined: list[bool | BaseException] = []
+
+    def join() -> None:
+        try:
+            joined.append(workers.join())
+        except BaseException as error:  # what the test looks for
+            joined.append(error)
+
+    joiner = threading.Thread(target=join)
+    joiner.start()
+    time.sleep(0.05)  # the joiner meets the worker listed and not started
+    go.set()
+    joiner.join(30)
+    adder.join(30)
+    assert joined == [True]
+    assert not workers.alive()
