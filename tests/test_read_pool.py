@@ -760,3 +760,33 @@ def test_close_from_another_thread_stops_the_early_read_of_worker_count_0(clock:
     closer.join(10)
     assert closed == [[]]  # close() joined them
     assert source.most_in_flight <= 4
+
+
+def test_two_closes_at_once_both_return_with_the_readers_joined() -> None:
+    """A `close()` from another thread and the consumer's own (the inline engine's, once its
+    `next()` sees the close) close the pool at once: the second returned at once, its list
+    of readers emptied by the first, while they still read (the fresh-clone CI, 3.13t on a
+    starved machine: read threads alive after `close()` returned)."""
+    pool = read_pool.ReadPool(2)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(key: int) -> int:
+        entered.set()
+        release.wait(10)
+        return key
+
+    pool.map(slow, [0])
+    assert entered.wait(10)
+    first = threading.Thread(target=pool.close)
+    first.start()  # waits for the read in flight
+    time.sleep(0.05)
+    second_returned = threading.Event()
+    second = threading.Thread(target=lambda: (pool.close(), second_returned.set()))
+    second.start()
+    time.sleep(0.1)
+    assert not second_returned.is_set()  # a read is still in flight
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert second_returned.is_set()
+    assert [t for t in aioloader_threads() if t.name.startswith("aioloader-read")] == []

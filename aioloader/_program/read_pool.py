@@ -262,12 +262,15 @@ class ReadPool:
 
     def close(self) -> None:
         """Skip the reads not started (their callers get `Stopped`), and join the threads
-        once the reads in flight are done. Idempotent."""
+        once the reads in flight are done. Idempotent, and every call waits: a `close()`
+        from another thread and the consumer's own, at once, both return with the threads
+        joined (the second returned at once while the first still joined them)."""
         with self._lock:
-            self._closed = True
-            readers, self._readers = self._readers, []
-            for _ in readers:
-                self._queue.put(None)
+            if not self._closed:
+                self._closed = True  # `_grow` starts no reader from now on
+                for _ in self._readers:
+                    self._queue.put(None)
+            readers = list(self._readers)
         for thread in readers:
             if thread is not threading.current_thread():
                 thread.join()
